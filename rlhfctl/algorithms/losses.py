@@ -1,0 +1,162 @@
+"""Actor and critic losses: clipped PPO policy loss, clipped value loss, entropy, aggregation.
+
+Loss matrices are (batch, response_len), reduced to a scalar by :func:`agg_loss`. Metrics are
+returned as 0-dim detached tensors (no host sync inside the loss; call ``.item()`` when
+logging). Numerics follow verl ``core_algos`` (``compute_policy_loss``,
+``compute_value_loss``, ``agg_loss``) and ``verl.utils.torch_functional.entropy_from_logits``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .masked import masked_mean
+
+__all__ = ["LOSS_AGG_MODES", "agg_loss", "entropy_from_logits", "ppo_policy_loss", "value_loss"]
+
+#: Accepted values of ``roles.actor.loss_agg_mode``.
+LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+
+# log-ratio clamp before exp, as verl: keeps the ratio finite for badly stale samples.
+_LOG_RATIO_CLAMP = 20.0
+
+
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+    """Reduce a (batch, response_len) loss matrix over valid tokens to a scalar.
+
+    - ``token-mean``: :math:`\\sum_{i,t} m_{i,t} L_{i,t} / \\sum_{i,t} m_{i,t}` (every token
+      weighs the same; DAPO, arXiv:2503.14476)
+    - ``seq-mean-token-sum``: :math:`\\frac1B \\sum_i \\sum_t m_{i,t} L_{i,t}` (Dr. GRPO style)
+    - ``seq-mean-token-mean``: :math:`\\frac1B \\sum_i \\frac{\\sum_t m_{i,t} L_{i,t}}{\\sum_t m_{i,t}}`
+      (every sequence weighs the same; original GRPO). A row with no valid token contributes 0
+      and still counts in B.
+
+    An empty mask gives 0. Unknown ``agg`` raises ``ValueError`` listing the choices.
+    Source: verl ``core_algos.agg_loss``.
+    """
+    m = mask.to(loss_mat.dtype)
+    if agg == "token-mean":
+        return masked_mean(loss_mat, m)
+    if agg == "seq-mean-token-sum":
+        return (loss_mat * m).sum(dim=-1).mean()
+    if agg == "seq-mean-token-mean":
+        return ((loss_mat * m).sum(dim=-1) / m.sum(dim=-1).clamp_min(1.0)).mean()
+    raise ValueError(f"unknown loss aggregation mode {agg!r}; choose one of: {', '.join(LOSS_AGG_MODES)}")
+
+
+def ppo_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None,
+    agg: str,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate PPO loss (Schulman et al. 2017, arXiv:1707.06347) with asymmetric
+    clipping (DAPO "clip-higher", arXiv:2503.14476) and dual clip (Ye et al. 2020,
+    arXiv:1912.09729).
+
+    With :math:`\\rho = \\exp(\\operatorname{clamp}(\\log\\pi - \\log\\pi_{old}, -20, 20))`:
+
+    .. math::
+        L^{clip} = \\max\\big(-A\\rho,\\; -A\\,\\operatorname{clip}(\\rho, 1-\\epsilon_{low}, 1+\\epsilon_{high})\\big)
+
+        L = \\begin{cases} \\min(L^{clip}, -A\\,c) & A < 0 \\\\ L^{clip} & A \\ge 0 \\end{cases}
+
+    The dual clip bounds the loss of a negative-advantage token whose ratio has exploded;
+    ``clip_ratio_c`` (c) must be > 1, or None to disable it. ``L`` is reduced with
+    :func:`agg_loss`.
+
+    Metrics (0-dim detached tensors, masked means over valid tokens):
+
+    - ``clipfrac``: fraction of tokens where the clipped branch is larger (it won the max),
+    - ``clipfrac_lower``: fraction of tokens with A < 0 where the dual clip is active
+      (:math:`L^{clip} > -A c`),
+    - ``approx_kl``: k3 estimator of KL(pi_old || pi), :math:`(\\rho - 1) - \\log\\rho`
+      (always >= 0; CleanRL's ``approx_kl``),
+    - ``ppo_kl``: k1 estimator, mean of :math:`\\log\\pi_{old} - \\log\\pi` (verl's ``ppo_kl``).
+
+    Source: verl ``core_algos.compute_policy_loss``; CleanRL ``ppo.py``.
+    """
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 for the dual clip (or None to disable it), got {clip_ratio_c}")
+    if clip_low < 0 or clip_high < 0:
+        raise ValueError(f"clip ratios must be >= 0, got clip_low={clip_low}, clip_high={clip_high}")
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    clip_loss = torch.maximum(unclipped, clipped)
+    negative = advantages < 0
+    if clip_ratio_c is not None:
+        dual_bound = -advantages * clip_ratio_c
+        pg_losses = torch.where(negative, torch.minimum(clip_loss, dual_bound), clip_loss)
+        dual_active = (clip_loss > dual_bound) & negative
+    else:
+        pg_losses = clip_loss
+        dual_active = torch.zeros_like(negative)
+    loss = agg_loss(pg_losses, response_mask, agg)
+
+    with torch.no_grad():
+        lr = log_ratio.detach()
+        metrics = {
+            "clipfrac": masked_mean((clipped > unclipped).float(), response_mask),
+            "clipfrac_lower": masked_mean(dual_active.float(), response_mask),
+            "approx_kl": masked_mean(torch.expm1(lr) - lr, response_mask),
+            "ppo_kl": masked_mean(-lr, response_mask),
+        }
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    clip_range: float | None,
+    agg: str,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped value loss (PPO2 baselines; Andrychowicz et al. 2021, arXiv:2006.05990, sec. 3.2).
+
+    .. math::
+        V^{clip} = \\operatorname{clip}(V, V_{old} - c, V_{old} + c), \\qquad
+        L = \\tfrac12 \\max\\big((V - R)^2, (V^{clip} - R)^2\\big)
+
+    reduced with :func:`agg_loss`. ``clip_range=None`` disables clipping (plain
+    :math:`\\tfrac12 (V - R)^2`). Metrics: ``vf_clipfrac`` (fraction of valid tokens where the
+    clipped term is larger) and ``vpred_mean`` (0-dim detached tensors).
+    Source: verl ``core_algos.compute_value_loss``.
+    """
+    unclipped = (values - returns) ** 2
+    if clip_range is None:
+        losses = unclipped
+        clipped_won = torch.zeros_like(unclipped, dtype=torch.bool)
+    else:
+        if clip_range < 0:
+            raise ValueError(f"clip_range must be >= 0, got {clip_range}")
+        v_clipped = torch.clamp(values, old_values - clip_range, old_values + clip_range)
+        clipped = (v_clipped - returns) ** 2
+        losses = torch.maximum(unclipped, clipped)
+        clipped_won = clipped > unclipped
+    loss = 0.5 * agg_loss(losses, response_mask, agg)
+    with torch.no_grad():
+        metrics = {
+            "vf_clipfrac": masked_mean(clipped_won.float(), response_mask),
+            "vpred_mean": masked_mean(values.detach(), response_mask),
+        }
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distribution over the last dimension of ``logits``.
+
+    .. math:: H = \\log\\sum_j e^{z_j} - \\sum_j \\operatorname{softmax}(z)_j\\, z_j
+
+    (equal to :math:`-\\sum_j p_j \\log p_j`, computed stably). Shape: ``logits.shape[:-1]``.
+    Source: verl ``torch_functional.entropy_from_logits``.
+    """
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)

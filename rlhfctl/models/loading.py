@@ -1,0 +1,502 @@
+"""Build tokenizers and models from a recipe's ``model`` section (a plain mapping).
+
+A model section names its weights in one of two ways:
+
+- ``path``: a local directory or a hub id, loaded with ``from_pretrained``;
+- ``config``: an inline architecture, e.g. ``{model_type: qwen2, hidden_size: 64,
+  num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: 128}``, built with random
+  weights and paired with the character tokenizer (:class:`CharTokenizer`). Vocabulary size and
+  pad/eos/bos ids come from the tokenizer unless the config gives them.
+
+Optional keys: ``tokenizer_path`` (load the tokenizer from elsewhere), ``chat_template`` (replace
+the tokenizer's template), ``attn_implementation`` (passed to transformers). When both ``path``
+and ``config`` are given, ``path`` wins: a model saved by :func:`save_hf_model` loads back through
+``path`` even if the recipe still carries the inline ``config``.
+
+Random inline weights depend only on ``seed``: every rank, and the reference policy, build
+identical weights from the same seed (initialise on CPU, then move).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from packaging import version
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+)
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
+)
+
+from rlhfctl.models.tokenizer import TOKENIZER_CLASS_NAME, CharTokenizer
+
+__all__ = [
+    "CausalLMWithValueHead",
+    "ModelConfigError",
+    "build_config",
+    "load_causal_lm",
+    "load_sequence_classifier",
+    "load_token_value_model",
+    "load_tokenizer",
+    "resolve_dtype",
+    "save_hf_model",
+    "token_values",
+]
+
+_USES_DTYPE_KWARG = version.parse(transformers.__version__) >= version.parse("4.56")
+_EXAMPLE_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral", "gpt2", "gpt_neox")
+_VALUE_HEAD_FILE = "value_head.safetensors"
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+class ModelConfigError(ValueError):
+    """A recipe's ``model`` section cannot be turned into a tokenizer or model."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _plain(value: Any) -> Any:
+    """Deep-convert mappings/sequences (e.g. OmegaConf containers) to dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | str | None:
+    """Accept ``torch.bfloat16``, ``"bf16"``, ``"bfloat16"``, ``"auto"`` or None from recipes."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).lower().removeprefix("torch.")
+    if name == "auto":
+        return "auto"
+    if name not in _DTYPES:
+        raise ModelConfigError(f"unknown dtype {dtype!r}; use one of {sorted(set(_DTYPES))} or 'auto'")
+    return _DTYPES[name]
+
+
+def _dtype_kwargs(dtype: torch.dtype | str | None) -> dict[str, Any]:
+    """transformers renamed ``torch_dtype`` to ``dtype`` in 4.56; pass whichever it expects."""
+    dtype = resolve_dtype(dtype)
+    if dtype is None:
+        return {}
+    return {"dtype": dtype} if _USES_DTYPE_KWARG else {"torch_dtype": dtype}
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith((".", "/", "~"))
+
+
+def _resolve_path(path: Any, what: str) -> str:
+    """Expand ``~`` and fail early, with a useful message, on missing local paths."""
+    text = os.path.expanduser(str(path))
+    if _looks_local(str(path)) and not os.path.exists(text):
+        raise ModelConfigError(
+            f"{what} {path!r} does not exist. Check the path (relative paths are resolved from "
+            f"{os.getcwd()!r}), or give a hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'."
+        )
+    return text
+
+
+def _weights_path(model_cfg: Mapping[str, Any]) -> str | None:
+    path = model_cfg.get("path")
+    return None if path in (None, "") else _resolve_path(path, "model.path")
+
+
+def _require_source(model_cfg: Mapping[str, Any]) -> None:
+    if model_cfg.get("path") in (None, "") and model_cfg.get("config") is None:
+        raise ModelConfigError(
+            "the model section gives neither 'path' nor 'config': set model.path to a local "
+            "directory or hub id, or model.config to an inline architecture such as "
+            "{model_type: qwen2, hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, "
+            "intermediate_size: 128}."
+        )
+    if model_cfg.get("path") not in (None, "") and model_cfg.get("config") is not None:
+        warnings.warn(
+            "model.path and model.config are both set; loading weights from model.path and "
+            "ignoring model.config.",
+            stacklevel=3,
+        )
+
+
+def _safetensors_kwargs(path: str) -> dict[str, Any]:
+    """Insist on safetensors when a local checkpoint has them; otherwise let transformers pick."""
+    if os.path.isdir(path) and any(name.endswith(".safetensors") for name in os.listdir(path)):
+        return {"use_safetensors": True}
+    return {}
+
+
+def _common_load_kwargs(model_cfg: Mapping[str, Any], dtype: Any, trust_remote_code: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, **_dtype_kwargs(dtype)}
+    if model_cfg.get("attn_implementation"):
+        kwargs["attn_implementation"] = model_cfg["attn_implementation"]
+    return kwargs
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None) -> Iterator[None]:
+    """Seed the CPU generator for the block, then restore the caller's generator state."""
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _set_pad_token_id(model: nn.Module, tokenizer: Any) -> None:
+    """Models that pool the last token, and ``generate``, need the pad id on the config."""
+    config = getattr(model, "config", None)
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if config is None or pad_id is None:
+        return
+    if getattr(config, "pad_token_id", None) is None:
+        config.pad_token_id = pad_id
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None and getattr(generation_config, "pad_token_id", None) is None:
+        generation_config.pad_token_id = pad_id
+
+
+def _is_char_tokenizer_dir(path: str) -> bool:
+    config_file = os.path.join(path, "tokenizer_config.json")
+    if not os.path.isfile(config_file):
+        return False
+    try:
+        with open(config_file, encoding="utf-8") as handle:
+            return json.load(handle).get("tokenizer_class") == TOKENIZER_CLASS_NAME
+    except (OSError, ValueError):
+        return False
+
+
+def _has_head(config: PretrainedConfig, mapping: Any, auto_class: str) -> bool:
+    if auto_class in (getattr(config, "auto_map", None) or {}):
+        return True
+    return type(config) in mapping
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def load_tokenizer(model_cfg: Mapping[str, Any], trust_remote_code: bool = False) -> Any:
+    """Return the tokenizer a model section implies, left-padded and with a pad token set."""
+    _require_source(model_cfg)
+    source = model_cfg.get("tokenizer_path") or model_cfg.get("path")
+    if source:
+        where = "model.tokenizer_path" if model_cfg.get("tokenizer_path") else "model.path"
+        location = _resolve_path(source, where)
+        if _is_char_tokenizer_dir(location):
+            tokenizer = CharTokenizer.from_pretrained(location)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
+    else:
+        tokenizer = CharTokenizer()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ModelConfigError(
+                f"the tokenizer from {source!r} has neither a pad nor an eos token; set "
+                "model.tokenizer_path to a tokenizer that defines one."
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    if model_cfg.get("chat_template"):
+        tokenizer.chat_template = str(model_cfg["chat_template"])
+    return tokenizer
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def build_config(model_cfg: Mapping[str, Any], tokenizer: Any) -> PretrainedConfig:
+    """Turn an inline ``model.config`` into a transformers config that matches the tokenizer."""
+    if model_cfg.get("config") is None:
+        raise ModelConfigError(
+            "build_config needs an inline model.config (a mapping with model_type and sizes); "
+            "for a checkpoint use model.path instead."
+        )
+    fields = _plain(model_cfg["config"])
+    if not isinstance(fields, dict):
+        raise ModelConfigError(f"model.config must be a mapping of config fields, got {type(fields).__name__}")
+    model_type = fields.pop("model_type", None) or model_cfg.get("model_type")
+    if not model_type:
+        raise ModelConfigError(
+            f"model.config needs a model_type, e.g. one of {', '.join(_EXAMPLE_MODEL_TYPES)}."
+        )
+    if model_type not in CONFIG_MAPPING:
+        raise ModelConfigError(
+            f"unknown model_type {model_type!r} in model.config; known types include "
+            f"{', '.join(_EXAMPLE_MODEL_TYPES)} (see transformers' CONFIG_MAPPING for all)."
+        )
+    vocab_needed = len(tokenizer)
+    if fields.get("vocab_size") is not None and int(fields["vocab_size"]) < vocab_needed:
+        raise ModelConfigError(
+            f"model.config.vocab_size={fields['vocab_size']} is smaller than the tokenizer "
+            f"({vocab_needed} tokens); remove vocab_size to take it from the tokenizer."
+        )
+    fields.setdefault("vocab_size", vocab_needed)
+    fields.setdefault("pad_token_id", tokenizer.pad_token_id)
+    fields.setdefault("eos_token_id", tokenizer.eos_token_id)
+    fields.setdefault("bos_token_id", tokenizer.bos_token_id)
+    config_class = CONFIG_MAPPING[model_type]
+    if (
+        "num_attention_heads" in fields
+        and "num_key_value_heads" not in fields
+        and "num_key_value_heads" in inspect.signature(config_class.__init__).parameters
+    ):
+        # Config defaults (often 32) exceed tiny head counts; default to plain multi-head attention.
+        fields["num_key_value_heads"] = fields["num_attention_heads"]
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except (TypeError, ValueError) as error:
+        raise ModelConfigError(f"model.config for {model_type!r} is invalid: {error}") from error
+
+
+# --------------------------------------------------------------------------- models
+
+
+def load_causal_lm(
+    model_cfg: Mapping[str, Any],
+    tokenizer: Any,
+    *,
+    dtype: torch.dtype | str | None = None,
+    trust_remote_code: bool = False,
+    seed: int | None = None,
+) -> nn.Module:
+    """Load (``path``) or build with seeded random weights (``config``) the policy/reference LM."""
+    _require_source(model_cfg)
+    kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
+    path = _weights_path(model_cfg)
+    if path is not None:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **_safetensors_kwargs(path))
+    else:
+        config = build_config(model_cfg, tokenizer)
+        kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
+        with _seeded(seed):
+            model = AutoModelForCausalLM.from_config(config, **kwargs)
+        if dtype is not None and resolve_dtype(dtype) != "auto":
+            model = model.to(resolve_dtype(dtype))
+    _set_pad_token_id(model, tokenizer)
+    return model
+
+
+class CausalLMWithValueHead(nn.Module):
+    """Value model for architectures without a token-classification head: backbone + linear(1)."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Linear | None = None) -> None:
+        super().__init__()
+        self.backbone = backbone
+        hidden = _hidden_size(backbone.config)
+        if head is None:
+            head = nn.Linear(hidden, 1)
+            head.to(dtype=next(backbone.parameters()).dtype)
+        self.value_head = head
+
+    @property
+    def config(self) -> PretrainedConfig:
+        """The backbone's config, so callers can treat this like a transformers model."""
+        return self.backbone.config
+
+    @classmethod
+    def from_config(
+        cls, config: PretrainedConfig, *, seed: int | None = None, **kwargs: Any
+    ) -> CausalLMWithValueHead:
+        """Random backbone and head from a config (seeded when ``seed`` is given)."""
+        with _seeded(seed):
+            backbone = AutoModel.from_config(config, **kwargs)
+            return cls(backbone)
+
+    @classmethod
+    def from_pretrained(
+        cls, directory: str | os.PathLike[str], *, seed: int | None = None, **kwargs: Any
+    ) -> CausalLMWithValueHead:
+        """Load a backbone checkpoint; load the head too if ``value_head.safetensors`` is there."""
+        backbone = AutoModel.from_pretrained(directory, **kwargs)
+        head_file = Path(directory) / _VALUE_HEAD_FILE
+        with _seeded(seed):
+            model = cls(backbone)
+        if head_file.is_file():
+            state = load_file(str(head_file))
+            model.value_head.load_state_dict(
+                {key: tensor.to(model.value_head.weight.dtype) for key, tensor in state.items()}
+            )
+        return model
+
+    def save_pretrained(self, directory: str | os.PathLike[str], **kwargs: Any) -> None:
+        """Backbone as a transformers checkpoint plus the head in ``value_head.safetensors``."""
+        os.makedirs(directory, exist_ok=True)
+        self.backbone.save_pretrained(directory, **kwargs)
+        state = {key: tensor.detach().cpu().contiguous() for key, tensor in self.value_head.state_dict().items()}
+        save_file(state, str(Path(directory) / _VALUE_HEAD_FILE))
+
+    def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
+        """Forward to the backbone so workers can treat both value-model kinds alike."""
+        self.backbone.gradient_checkpointing_enable(**kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Per-token values, shape (batch, seq_len)."""
+        outputs = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        )
+        hidden = outputs.last_hidden_state
+        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
+
+
+def _hidden_size(config: PretrainedConfig) -> int:
+    for name in ("hidden_size", "n_embd", "d_model"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    raise ModelConfigError(f"cannot find the hidden size of a {type(config).__name__}; set hidden_size")
+
+
+def token_values(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-token values (B, T) from either kind of value model (also when wrapped by FSDP/DDP)."""
+    outputs = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    return outputs.logits[..., 0]
+
+
+def load_token_value_model(
+    model_cfg: Mapping[str, Any],
+    tokenizer: Any,
+    *,
+    dtype: torch.dtype | str | None = None,
+    trust_remote_code: bool = False,
+    seed: int | None = None,
+) -> nn.Module:
+    """The PPO critic: token classification with one label, or :class:`CausalLMWithValueHead`.
+
+    Read values with :func:`token_values` (``.logits[..., 0]`` for the transformers head, the
+    forward output itself for the fallback).
+    """
+    _require_source(model_cfg)
+    kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
+    path = _weights_path(model_cfg)
+    if path is not None:
+        if os.path.isfile(os.path.join(path, _VALUE_HEAD_FILE)):
+            model: nn.Module = CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
+        else:
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+            if _has_head(config, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "AutoModelForTokenClassification"):
+                with _seeded(seed):
+                    model = AutoModelForTokenClassification.from_pretrained(
+                        path, num_labels=1, ignore_mismatched_sizes=True, **kwargs, **_safetensors_kwargs(path)
+                    )
+            else:
+                model = CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
+    else:
+        config = build_config(model_cfg, tokenizer)
+        config.num_labels = 1
+        dtype_value = resolve_dtype(dtype)
+        kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
+        if _has_head(config, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "AutoModelForTokenClassification"):
+            with _seeded(seed):
+                model = AutoModelForTokenClassification.from_config(config, **kwargs)
+        else:
+            model = CausalLMWithValueHead.from_config(config, seed=seed, **kwargs)
+        if dtype_value is not None and dtype_value != "auto":
+            model = model.to(dtype_value)
+    _set_pad_token_id(model, tokenizer)
+    return model
+
+
+def load_sequence_classifier(
+    model_cfg: Mapping[str, Any],
+    tokenizer: Any,
+    *,
+    dtype: torch.dtype | str | None = None,
+    trust_remote_code: bool = False,
+    seed: int | None = None,
+) -> nn.Module:
+    """A reward model: one scalar per sequence, read at the last non-pad token (logits (B, 1))."""
+    _require_source(model_cfg)
+    kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
+    path = _weights_path(model_cfg)
+    if path is not None:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        _require_head(config, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING, "AutoModelForSequenceClassification")
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = tokenizer.pad_token_id
+        config.num_labels = 1
+        with _seeded(seed):
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path, config=config, **kwargs, **_safetensors_kwargs(path)
+            )
+    else:
+        config = build_config(model_cfg, tokenizer)
+        config.num_labels = 1
+        _require_head(config, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING, "AutoModelForSequenceClassification")
+        dtype_value = resolve_dtype(dtype)
+        kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
+        with _seeded(seed):
+            model = AutoModelForSequenceClassification.from_config(config, **kwargs)
+        if dtype_value is not None and dtype_value != "auto":
+            model = model.to(dtype_value)
+    _set_pad_token_id(model, tokenizer)
+    return model
+
+
+def _require_head(config: PretrainedConfig, mapping: Any, auto_class: str) -> None:
+    if not _has_head(config, mapping, auto_class):
+        raise ModelConfigError(
+            f"model_type {config.model_type!r} has no {auto_class} head in transformers "
+            f"{transformers.__version__}; pick an architecture that has one, e.g. "
+            f"{', '.join(_EXAMPLE_MODEL_TYPES)}."
+        )
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def save_hf_model(model: nn.Module, tokenizer: Any, directory: str | os.PathLike[str]) -> Path:
+    """Write weights (safetensors) and tokenizer so the directory loads back via ``model.path``."""
+    target = Path(os.path.expanduser(str(directory)))
+    target.mkdir(parents=True, exist_ok=True)
+    if not hasattr(model, "save_pretrained"):
+        raise TypeError(
+            f"cannot save a {type(model).__name__}: unwrap it to the transformers model (or "
+            "CausalLMWithValueHead) before calling save_hf_model."
+        )
+    model.save_pretrained(str(target))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(target))
+    return target

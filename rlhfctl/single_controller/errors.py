@@ -1,0 +1,44 @@
+"""Errors raised by worker groups: each names the role, method and rank involved."""
+
+from __future__ import annotations
+
+
+class WorkerGroupError(RuntimeError):
+    """Base class for failures of a group call."""
+
+
+class WorkerMethodError(WorkerGroupError):
+    """A worker method raised; carries the worker's own traceback."""
+
+    def __init__(self, role: str, worker_class: str, method: str, rank: int, detail: str, worker_traceback: str = ""):
+        self.role, self.worker_class, self.method, self.rank = role, worker_class, method, rank
+        self.detail = detail
+        self.worker_traceback = worker_traceback
+        message = f"{role}.{method} failed on rank {rank} ({worker_class}): {detail}"
+        if worker_traceback:
+            message += f"\n--- traceback from {role} rank {rank} ---\n{worker_traceback.rstrip()}"
+        super().__init__(message)
+
+
+class WorkerDiedError(WorkerGroupError):
+    """A worker process exited (crash, OOM kill, kill -9) while the driver waited on it."""
+
+    def __init__(self, role: str, method: str, rank: int, detail: str = ""):
+        self.role, self.method, self.rank = role, method, rank
+        text = f"worker process for {role} rank {rank} died during {role}.{method}"
+        super().__init__(text + (f": {detail}" if detail else ""))
+
+
+class WorkerTimeoutError(WorkerGroupError):
+    """A group call did not finish within its time limit."""
+
+    def __init__(self, role: str, method: str, timeout_s: float, pending_ranks: list[int]):
+        self.role, self.method, self.timeout_s, self.pending_ranks = role, method, timeout_s, pending_ranks
+        super().__init__(
+            f"{role}.{method} did not finish within {timeout_s:g} s; ranks still running: {pending_ranks}. "
+            "Raise trainer.call_timeout_s if the work is genuinely this slow."
+        )
+
+
+class ResourcePoolError(WorkerGroupError):
+    """A resource pool cannot be placed on the cluster."""

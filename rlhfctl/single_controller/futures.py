@@ -1,0 +1,124 @@
+"""Futures of group calls, and the references that let one group's output feed another group's ranks.
+
+A :class:`GroupFuture` is what a non-blocking group call returns. ``future.get()`` collects the result
+on the driver. Passed into another group call, it is not fetched by the driver: each rank receives a
+:class:`ShardRef` naming the object-store references it needs, and resolves it inside the worker.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rlhfctl.single_controller.worker_group import WorkerGroup
+
+WORKER_FETCH_TIMEOUT_S = float(os.environ.get("RLHFCTL_WORKER_FETCH_TIMEOUT_S", "3600"))
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How ALL_TO_ALL laid ``num_rows`` rows over ``world_size`` ranks, padding the end to equal shards."""
+
+    num_rows: int
+    world_size: int
+
+    @property
+    def pad(self) -> int:
+        """Rows repeated at the end so every rank gets the same number."""
+        if self.num_rows < self.world_size:
+            return self.world_size - self.num_rows
+        return (-self.num_rows) % self.world_size
+
+    @property
+    def shard_size(self) -> int:
+        return (self.num_rows + self.pad) // self.world_size
+
+    def positions(self, rank: int) -> np.ndarray:
+        """Source row of each row in ``rank``'s shard (padding repeats rows from the start)."""
+        start = rank * self.shard_size
+        padded = np.arange(start, start + self.shard_size, dtype=np.int64)
+        return np.where(padded < self.num_rows, padded, (padded - self.num_rows) % max(self.num_rows, 1))
+
+
+@dataclass
+class ShardRef:
+    """What a rank receives in place of a future: references to resolve inside the worker.
+
+    ``parts`` is a list of (object ref, row positions or None for all rows); with ``collect`` set the
+    fetched values are instead joined by ``collect(outputs)`` (a whole, unsharded result).
+    """
+
+    parts: list[tuple[Any, np.ndarray | None]]
+    collect: Callable[[list], Any] | None = None
+    expected_rows: list[int] | None = None
+    source: str = ""
+
+    def resolve(self) -> Any:
+        """Fetch the referenced values (zero-copy where possible) and assemble this rank's argument."""
+        import ray
+
+        from rlhfctl.single_controller.rows import concat_rows, take_rows
+
+        values = ray.get([ref for ref, _ in self.parts], timeout=WORKER_FETCH_TIMEOUT_S)
+        if self.collect is not None:
+            return self.collect(values)
+        if self.expected_rows is not None:
+            for value, expected in zip(values, self.expected_rows):
+                if len(value) != expected:
+                    raise ValueError(
+                        f"the future from {self.source} returned {len(value)} rows where {expected} were expected: "
+                        "a method that changes the number of rows can only feed a group of the same world size; "
+                        "call .get() on the future and pass the result instead"
+                    )
+        pieces = [value if positions is None else take_rows(value, positions) for value, (_, positions) in zip(values, self.parts)]
+        return pieces[0] if len(pieces) == 1 else concat_rows(pieces)
+
+
+def materialize(value: Any) -> Any:
+    """Inside a worker: turn a ShardRef or a Ray ObjectRef argument into its value; others pass through."""
+    if isinstance(value, ShardRef):
+        return value.resolve()
+    if type(value).__name__ == "ObjectRef":
+        import ray
+
+        return ray.get(value, timeout=WORKER_FETCH_TIMEOUT_S)
+    return value
+
+
+@dataclass
+class GroupFuture:
+    """The pending result of a non-blocking group call."""
+
+    group: "WorkerGroup"
+    method: str
+    handles: list[Any]
+    collect: Callable[[list], Any]
+    ranks: list[int]
+    layout: RowLayout | None = None
+    _result: Any = field(default=None, repr=False)
+    _done: bool = field(default=False, repr=False)
+
+    def get(self, timeout: float | None = None) -> Any:
+        """Wait (bounded by the group's call timeout unless given) and return the collected result."""
+        if not self._done:
+            outputs = self.group._wait(self.method, self.handles, self.ranks, timeout)
+            self._result = self.collect(outputs)
+            self._done = True
+            self.handles = []
+        return self._result
+
+    def done(self) -> bool:
+        """True once every rank has finished (does not raise for failed ranks)."""
+        return self._done or self.group._ready(self.handles)
+
+    @property
+    def describe(self) -> str:
+        return f"{self.group.role}.{self.method}"
+
+    def refs(self) -> Sequence[Any]:
+        """The per-rank handles (Ray ObjectRefs on the Ray backend) before the result is fetched."""
+        return list(self.handles)

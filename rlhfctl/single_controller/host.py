@@ -1,0 +1,98 @@
+"""WorkerHost: the process-side container that builds one rank's role workers and runs their methods.
+
+On the Ray backend each rank is one Ray actor running a WorkerHost; colocated roles are several workers
+inside the same host (one process, one GPU). The local backend uses the same class in the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlhfctl.single_controller import worker as worker_module
+from rlhfctl.single_controller.worker import RankInfo, free_port, node_ip_address
+
+
+@dataclass
+class ClassWithInitArgs:
+    """A worker class and its constructor arguments, built later inside the worker process."""
+
+    cls: type
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        self.cls = _unwrap_remote_class(cls)
+        self.args = args
+        self.kwargs = kwargs
+
+    def build(self) -> Any:
+        """Construct the worker."""
+        return self.cls(*self.args, **self.kwargs)
+
+
+def _unwrap_remote_class(cls: Any) -> type:
+    """Accept a ``@ray.remote`` class as well as a plain one: groups create the processes themselves."""
+    if isinstance(cls, type):
+        return cls
+    metadata = getattr(cls, "__ray_metadata__", None)
+    modified = getattr(metadata, "modified_class", None)
+    if modified is not None:
+        # Ray's wrapper subclasses the user's class and keeps it as __ray_actor_class__.
+        return getattr(modified, "__ray_actor_class__", modified)
+    raise TypeError(f"a worker class must be a class or a @ray.remote class, got {type(cls).__name__}")
+
+
+def torch_threads_for(local_processes: int) -> int:
+    """Intra-op threads per worker so the processes on one machine do not oversubscribe its cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // max(1, local_processes))
+
+
+class WorkerHost:
+    """Builds the role workers of one rank and calls their methods by role and name."""
+
+    def __init__(self, env_vars: dict[str, str] | None = None) -> None:
+        os.environ.update(env_vars or {})
+        self.workers: dict[str, Any] = {}
+        self.rank_info: RankInfo | None = None
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """Address and a free port on this host's node, for rank 0's torch.distributed rendezvous."""
+        return node_ip_address(), free_port()
+
+    def build(self, rank_info: RankInfo, roles: dict[str, ClassWithInitArgs], num_threads: int | None = None,
+              set_environ: bool = True) -> int:
+        """Construct this rank's workers (one per role); returns the process id."""
+        self.rank_info = rank_info
+        if set_environ:
+            os.environ.update(rank_info.env())
+            if num_threads:
+                import torch
+
+                torch.set_num_threads(num_threads)
+                os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+        previous = worker_module._constructing_rank
+        worker_module._constructing_rank = rank_info
+        try:
+            for role, spec in roles.items():
+                self.workers[role] = spec.build()
+        finally:
+            worker_module._constructing_rank = previous
+        return os.getpid()
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``role``'s registered ``method`` on this rank."""
+        return getattr(self.workers[role], method)(*args, **kwargs)
+
+    def timed_call(self, role: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
+        """Like call, plus wall-clock start and end (seconds since the epoch) for the dispatch trace."""
+        start = time.time()
+        result = getattr(self.workers[role], method)(*args, **kwargs)
+        return result, start, time.time()
+
+    def pid(self) -> int:
+        """This host's process id."""
+        return os.getpid()

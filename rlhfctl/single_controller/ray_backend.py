@@ -1,0 +1,198 @@
+"""The Ray backend: each rank is a Ray actor (a WorkerHost) placed in its resource pool's bundle."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
+from rlhfctl.single_controller.host import ClassWithInitArgs, WorkerHost, torch_threads_for
+from rlhfctl.single_controller.resource_pool import RayResourcePool
+from rlhfctl.single_controller.worker import RankInfo
+from rlhfctl.single_controller.worker_group import WorkerGroup
+
+BUILD_TIMEOUT_S = 600.0
+_POLL_S = 0.5
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class RayClassWithInitArgs(ClassWithInitArgs):
+    """A worker class, its constructor arguments, and per-role process options for Ray."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        super().__init__(cls, *args, **kwargs)
+        self.env_vars: dict[str, str] = {}
+        self.num_cpus: float | None = None
+        self.num_gpus: float | None = None
+
+    def with_options(self, env_vars: dict[str, str] | None = None, num_cpus: float | None = None,
+                     num_gpus: float | None = None) -> "RayClassWithInitArgs":
+        """Set environment variables and CPU/GPU requests for this role's processes; returns self."""
+        self.env_vars.update(env_vars or {})
+        self.num_cpus = num_cpus if num_cpus is not None else self.num_cpus
+        self.num_gpus = num_gpus if num_gpus is not None else self.num_gpus
+        return self
+
+
+class _RayHosts:
+    """The Ray actors of one pool allocation, shared by colocated groups; killed once."""
+
+    def __init__(self, handles: list[Any], pids: list[int]) -> None:
+        self.handles = handles
+        self.pids = pids
+        self.alive = True
+
+    def kill(self) -> None:
+        if not self.alive:
+            return
+        import ray
+
+        for handle in self.handles:
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead or cluster gone
+                pass
+        self.alive = False
+
+
+def _spawn_hosts(pool: RayResourcePool, roles: dict[str, ClassWithInitArgs], name: str) -> _RayHosts:
+    """Start one WorkerHost actor per rank in the pool's bundles and build the roles' workers in it."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    placement_groups = pool.placement_groups()
+    env_vars: dict[str, str] = {}
+    resources = pool.actor_resources()
+    for spec in roles.values():
+        if isinstance(spec, RayClassWithInitArgs):
+            env_vars.update(spec.env_vars)
+            if spec.num_cpus is not None:
+                resources["num_cpus"] = spec.num_cpus
+            if spec.num_gpus is not None:
+                resources["num_gpus"] = spec.num_gpus
+    remote_host = ray.remote(WorkerHost)
+    handles = []
+    for rank, (node_index, local_rank, _) in enumerate(pool.rank_layout()):
+        strategy = PlacementGroupSchedulingStrategy(
+            placement_group=placement_groups[node_index], placement_group_bundle_index=local_rank
+        )
+        handles.append(
+            remote_host.options(scheduling_strategy=strategy, name=None, max_concurrency=1, **resources).remote(env_vars)
+        )
+    try:
+        master_addr, master_port = ray.get(handles[0].rendezvous_address.remote(), timeout=BUILD_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        for handle in handles:
+            ray.kill(handle)
+        raise WorkerTimeoutError(name, "__init__", BUILD_TIMEOUT_S, list(range(len(handles)))) from None
+    build_refs = []
+    for rank, (node_index, local_rank, local_count) in enumerate(pool.rank_layout()):
+        info = RankInfo(rank, pool.world_size, local_rank, local_count, master_addr, master_port)
+        threads = torch_threads_for(local_count * max(1, len(roles)) if pool.use_gpu else local_count)
+        build_refs.append(handles[rank].build.remote(info, roles, threads))
+    hosts = _RayHosts(handles, [])
+    try:
+        hosts.pids = _wait_for(build_refs, list(range(len(handles))), name, "__init__", BUILD_TIMEOUT_S,
+                               worker_class=", ".join(spec.cls.__name__ for spec in roles.values()))
+    except Exception:
+        hosts.kill()
+        raise
+    return hosts
+
+
+def _wait_for(refs: list[Any], ranks: list[int], role: str, method: str, timeout: float, worker_class: str) -> list[Any]:
+    """Wait for every rank, failing fast on the first error or death, bounded by ``timeout``."""
+    import ray
+
+    deadline = time.monotonic() + timeout
+    results: dict[Any, Any] = {}
+    pending = list(refs)
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pending_ranks = [rank for rank, ref in zip(ranks, refs) if ref in set(pending)]
+            raise WorkerTimeoutError(role, method, timeout, pending_ranks)
+        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=min(remaining, _POLL_S))
+        if ready:
+            for ref, value in zip(ready, _fetch(ready, refs, ranks, role, method, worker_class)):
+                results[ref] = value
+    return [results[ref] for ref in refs]
+
+
+def _fetch(ready: list[Any], refs: list[Any], ranks: list[int], role: str, method: str, worker_class: str) -> list[Any]:
+    import ray
+
+    try:
+        return ray.get(ready)
+    except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError):
+        pass
+    # Some rank failed: find the first one in rank order and name it.
+    rank_of = dict(zip(refs, ranks))
+    for ref in sorted(ready, key=lambda r: rank_of[r]):
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError as error:
+            raise WorkerDiedError(role, method, rank_of[ref], _first_line(error)) from None
+        except ray.exceptions.RayTaskError as error:
+            cause = error.cause if getattr(error, "cause", None) is not None else error
+            detail = f"{type(cause).__name__}: {cause}" if cause is not error else _first_line(error)
+            raise WorkerMethodError(role, worker_class, method, rank_of[ref], detail, _ANSI.sub("", str(error))) from None
+    raise RuntimeError("unreachable: a rank failed but no failing rank was found")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+class RayWorkerGroup(WorkerGroup):
+    """A WorkerGroup whose ranks are Ray actors in a RayResourcePool."""
+
+    backend = "ray"
+
+    def __init__(self, resource_pool: RayResourcePool, ray_cls_with_init: ClassWithInitArgs, role: str = "worker",
+                 call_timeout_s: float | None = None, _hosts: _RayHosts | None = None) -> None:
+        if not isinstance(ray_cls_with_init, ClassWithInitArgs):
+            ray_cls_with_init = RayClassWithInitArgs(ray_cls_with_init)
+        super().__init__(role, ray_cls_with_init.cls, resource_pool.world_size, call_timeout_s)
+        self.resource_pool = resource_pool
+        self._hosts = _hosts or _spawn_hosts(resource_pool, {role: ray_cls_with_init}, role)
+
+    @classmethod
+    def create_colocated(cls, resource_pool: RayResourcePool, roles: dict[str, ClassWithInitArgs],
+                         call_timeout_s: float | None = None) -> dict[str, "RayWorkerGroup"]:
+        """Several roles in one process per rank; returns a group per role, each with its own methods."""
+        if not roles:
+            raise ValueError("create_colocated needs at least one role")
+        roles = {role: spec if isinstance(spec, ClassWithInitArgs) else RayClassWithInitArgs(spec) for role, spec in roles.items()}
+        hosts = _spawn_hosts(resource_pool, roles, "+".join(roles))
+        return {role: cls(resource_pool, spec, role, call_timeout_s, _hosts=hosts) for role, spec in roles.items()}
+
+    @property
+    def pids(self) -> list[int]:
+        """Process id of each rank."""
+        return list(self._hosts.pids)
+
+    @property
+    def actor_handles(self) -> list[Any]:
+        """The Ray actor of each rank (shared with colocated groups)."""
+        return list(self._hosts.handles)
+
+    def _launch(self, method: str, rank_args: list[tuple], rank_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+        handles = self._hosts.handles
+        return [handles[rank].call.remote(self.role, method, *args, **kwargs)
+                for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
+
+    def _wait(self, method: str, handles: list[Any], ranks: list[int], timeout: float | None) -> list[Any]:
+        return _wait_for(handles, ranks, self.role, method, timeout or self.call_timeout_s, self.worker_cls.__name__)
+
+    def _ready(self, handles: list[Any]) -> bool:
+        import ray
+
+        _, pending = ray.wait(list(handles), num_returns=len(handles), timeout=0)
+        return not pending
+
+    def shutdown(self) -> None:
+        """Kill this group's actors (and those of roles colocated with it)."""
+        self._hosts.kill()

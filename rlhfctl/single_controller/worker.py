@@ -1,0 +1,142 @@
+"""Worker: the base class of role workers; knows its place in the group and sets up torch.distributed."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from rlhfctl.single_controller.decorator import Dispatch, Execute, register
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one worker process sits in its group."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+
+    def env(self) -> dict[str, str]:
+        """The environment variables torch.distributed's env:// rendezvous reads."""
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+        }
+
+    @classmethod
+    def from_env(cls) -> "RankInfo":
+        """Read the variables a launcher (our groups, torchrun) set; defaults describe a lone process."""
+        return cls(
+            rank=int(os.environ.get("RANK", 0)),
+            world_size=int(os.environ.get("WORLD_SIZE", 1)),
+            local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)),
+            master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(os.environ.get("MASTER_PORT", 0)),
+        )
+
+
+# Set by a group while it constructs a worker, so workers built in one process (the local backend)
+# each see their own rank without touching os.environ.
+_constructing_rank: RankInfo | None = None
+
+
+def free_port() -> int:
+    """A TCP port that is free on this machine right now (for the rank-0 rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def node_ip_address() -> str:
+    """This node's address as the cluster sees it (Ray's view when running under Ray)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - fall back to the loopback for a driver-local process
+        pass
+    return "127.0.0.1"
+
+
+class Worker:
+    """Base class for role workers: plain single-process code plus ``@register`` on group-callable methods."""
+
+    def __init__(self) -> None:
+        self._rank_info = _constructing_rank or RankInfo.from_env()
+
+    @property
+    def rank(self) -> int:
+        return self._rank_info.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._rank_info.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self._rank_info.local_rank
+
+    @property
+    def master_addr(self) -> str:
+        return self._rank_info.master_addr
+
+    @property
+    def master_port(self) -> int:
+        return self._rank_info.master_port
+
+    def init_distributed(self, backend: str | None = None, timeout_s: float = 600.0) -> Any:
+        """Join the group's torch.distributed process group (gloo on CPU, nccl on CUDA); idempotent."""
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return dist.group.WORLD
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        info = self._rank_info
+        if backend == "nccl":
+            torch.cuda.set_device(torch.device("cuda", 0 if torch.cuda.device_count() == 1 else info.local_rank))
+        dist.init_process_group(
+            backend=backend,
+            init_method=f"tcp://{info.master_addr}:{info.master_port}",
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        return dist.group.WORLD
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe_process(self) -> dict[str, Any]:
+        """Rank, pid and node of this worker: used by tests and ``inspect-dispatch`` to show placement."""
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "pid": os.getpid(),
+            "node_ip": node_ip_address(),
+            "class": type(self).__name__,
+        }
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.ALL)
+    def shutdown_worker(self) -> None:
+        """Release process-wide resources (the torch.distributed group) before the process ends."""
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            pass

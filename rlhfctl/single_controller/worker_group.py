@@ -1,0 +1,162 @@
+"""WorkerGroup: one call on the driver becomes a call on every rank, with data split and joined.
+
+At construction the group reads the ``@register`` spec of each method of its worker class and binds a
+group method of the same name (the seed's ``_bind_worker_method``). A call builds a dispatch plan,
+launches the ranks through the backend, and collects (or returns a future when non-blocking).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from rlhfctl.single_controller.decorator import DispatchSpec, Execute, registered_methods
+from rlhfctl.single_controller.dispatch import CallPlan, build_plan
+from rlhfctl.single_controller.futures import GroupFuture
+
+DEFAULT_CALL_TIMEOUT_S = float(os.environ.get("RLHFCTL_CALL_TIMEOUT_S", "1800"))
+
+
+@dataclass
+class DispatchEvent:
+    """One group call as observers (progress display, trace) see it."""
+
+    role: str
+    method: str
+    dispatch_mode: str
+    execute_mode: str
+    ranks: list[int]
+    rows_per_rank: list[int] | None
+    started: float
+    finished: float | None = None
+    dispatch_s: float = 0.0
+    collect_s: float = 0.0
+    rank_spans: list[tuple[int, float, float]] | None = None
+
+
+class DispatchObserver(Protocol):
+    """Receives group-call events; used by the progress view and the dispatch trace."""
+
+    def call_started(self, event: DispatchEvent) -> None: ...
+
+    def call_finished(self, event: DispatchEvent) -> None: ...
+
+
+class WorkerGroup:
+    """A group of ranks running one worker class; registered methods become group methods."""
+
+    backend = "base"
+    _GROUP_ATTRIBUTES = frozenset({"role", "world_size", "call", "shutdown", "method_specs", "observers", "worker_cls"})
+
+    def __init__(self, role: str, worker_cls: type, world_size: int, call_timeout_s: float | None = None) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1, got {world_size}")
+        self.role = role
+        self.worker_cls = worker_cls
+        self._world_size = world_size
+        self.call_timeout_s = call_timeout_s or DEFAULT_CALL_TIMEOUT_S
+        self.observers: list[DispatchObserver] = []
+        self.method_specs: dict[str, DispatchSpec] = registered_methods(worker_cls)
+        self._bind_worker_methods()
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self._world_size
+
+    # ------------------------------------------------------------------ binding
+    def _bind_worker_methods(self) -> None:
+        for name, spec in self.method_specs.items():
+            if name in self._GROUP_ATTRIBUTES or name.startswith("_"):
+                raise TypeError(
+                    f"{self.worker_cls.__name__}.{name} is registered, but '{name}' is reserved on worker groups; rename it"
+                )
+            setattr(self, name, self._make_group_method(name, spec))
+
+    def _make_group_method(self, name: str, spec: DispatchSpec) -> Callable[..., Any]:
+        worker_method = getattr(self.worker_cls, name)
+
+        def group_method(*args: Any, **kwargs: Any) -> Any:
+            return self.call(name, *args, **kwargs)
+
+        group_method.__name__ = name
+        group_method.__qualname__ = f"{type(self).__name__}[{self.role}].{name}"
+        group_method.__doc__ = worker_method.__doc__
+        group_method.dispatch_spec = spec  # type: ignore[attr-defined]
+        return group_method
+
+    def __getattr__(self, name: str) -> Any:
+        specs = self.__dict__.get("method_specs")
+        if specs is None or name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"worker group '{self.__dict__.get('role')}' ({self.__dict__['worker_cls'].__name__}) has no registered "
+            f"method '{name}'; registered methods: {', '.join(sorted(specs)) or '(none)'}"
+        )
+
+    # ------------------------------------------------------------------ calling
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call registered ``method`` on the group as its spec says (the bound methods use this)."""
+        spec = self.method_specs.get(method)
+        if spec is None:
+            return getattr(self, method)  # raises the AttributeError listing the registered methods
+        started = time.time()
+        plan = build_plan(self, spec.dispatch_mode, args, kwargs)
+        ranks = [0] if spec.execute_mode is Execute.RANK_ZERO else list(range(self.world_size))
+        event = DispatchEvent(
+            role=self.role,
+            method=method,
+            dispatch_mode=spec.dispatch_mode.name,
+            execute_mode=spec.execute_mode.value,
+            ranks=ranks,
+            rows_per_rank=plan.rows_per_rank(),
+            started=started,
+        )
+        for observer in self.observers:
+            observer.call_started(event)
+        handles = self._launch(method, [plan.rank_args[r] for r in ranks], [plan.rank_kwargs[r] for r in ranks], ranks)
+        event.dispatch_s = time.time() - started
+        future = GroupFuture(
+            group=self,
+            method=method,
+            handles=handles,
+            collect=self._collector(spec, plan, event),
+            ranks=ranks,
+            layout=plan.layout if spec.execute_mode is Execute.ALL else None,
+        )
+        return future.get() if spec.blocking else future
+
+    def _collector(self, spec: DispatchSpec, plan: CallPlan, event: DispatchEvent) -> Callable[[list], Any]:
+        collect = plan.collect if spec.execute_mode is Execute.ALL else (lambda outputs: outputs[0])
+        observers = self.observers
+
+        def collect_and_report(outputs: list) -> Any:
+            collect_started = time.time()
+            result = collect(outputs)
+            event.finished = time.time()
+            event.collect_s = event.finished - collect_started
+            for observer in observers:
+                observer.call_finished(event)
+            return result
+
+        return collect_and_report if observers else collect
+
+    # ------------------------------------------------------------------ backend hooks
+    def _launch(self, method: str, rank_args: list[tuple], rank_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+        """Start ``method`` on ``ranks``; returns one handle per rank."""
+        raise NotImplementedError
+
+    def _wait(self, method: str, handles: list[Any], ranks: list[int], timeout: float | None) -> list[Any]:
+        """Wait for the handles (bounded) and return the per-rank outputs, raising named errors."""
+        raise NotImplementedError
+
+    def _ready(self, handles: list[Any]) -> bool:
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Release the group's processes."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(role={self.role!r}, worker={self.worker_cls.__name__}, world_size={self.world_size})"

@@ -1,0 +1,19 @@
+"""Shared fixtures: one real local Ray for the whole session, shut down at the end."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A private local Ray (8 logical CPUs so several small pools fit on a 2-core machine)."""
+    from rlhfctl.ray_cluster import start_or_join_ray
+
+    session = start_or_join_ray(num_cpus=8, env_vars={"OMP_NUM_THREADS": "1"})
+    yield session
+    session.shutdown()
