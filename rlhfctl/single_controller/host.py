@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,8 @@ class WorkerHost:
         os.environ.update(env_vars or {})
         self.workers: dict[str, Any] = {}
         self.rank_info: RankInfo | None = None
+        # (role, method, start, end) of recent calls, drained by the dispatch trace; bounded memory.
+        self.spans: deque[tuple[str, str, float, float]] = deque(maxlen=100_000)
 
     def rendezvous_address(self) -> tuple[str, int]:
         """Address and a free port on this host's node, for rank 0's torch.distributed rendezvous."""
@@ -84,14 +87,18 @@ class WorkerHost:
         return os.getpid()
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Run ``role``'s registered ``method`` on this rank."""
-        return getattr(self.workers[role], method)(*args, **kwargs)
-
-    def timed_call(self, role: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
-        """Like call, plus wall-clock start and end (seconds since the epoch) for the dispatch trace."""
+        """Run ``role``'s registered ``method`` on this rank, recording its wall-clock span."""
         start = time.time()
-        result = getattr(self.workers[role], method)(*args, **kwargs)
-        return result, start, time.time()
+        try:
+            return getattr(self.workers[role], method)(*args, **kwargs)
+        finally:
+            self.spans.append((role, method, start, time.time()))
+
+    def drain_spans(self) -> list[tuple[str, str, float, float]]:
+        """Return and forget the spans recorded since the last drain."""
+        spans = list(self.spans)
+        self.spans.clear()
+        return spans
 
     def pid(self) -> int:
         """This host's process id."""

@@ -85,3 +85,7 @@ class LocalWorkerGroup(WorkerGroup):
 
     def _ready(self, handles: list[Any]) -> bool:
         return True
+
+    def drain_rank_spans(self) -> list[tuple[int, str, str, float, float]]:
+        """(rank, role, method, start, end) recorded since the last drain."""
+        return [(rank, *span) for rank, host in enumerate(self._hosts) for span in host.drain_spans()]

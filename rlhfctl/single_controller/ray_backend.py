@@ -193,6 +193,16 @@ class RayWorkerGroup(WorkerGroup):
         _, pending = ray.wait(list(handles), num_returns=len(handles), timeout=0)
         return not pending
 
+    def drain_rank_spans(self) -> list[tuple[int, str, str, float, float]]:
+        """(rank, role, method, start, end) recorded by each rank's host since the last drain.
+
+        Colocated groups share hosts, so one drain returns the spans of every role on them.
+        """
+        import ray
+
+        per_rank = ray.get([handle.drain_spans.remote() for handle in self._hosts.handles], timeout=60)
+        return [(rank, *span) for rank, spans in enumerate(per_rank) for span in spans]
+
     def shutdown(self) -> None:
         """Kill this group's actors (and those of roles colocated with it)."""
         self._hosts.kill()

@@ -12,9 +12,24 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+import numpy as np
+import torch
+
+from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller.decorator import DispatchSpec, Execute, registered_methods
 from rlhfctl.single_controller.dispatch import CallPlan, build_plan
 from rlhfctl.single_controller.futures import GroupFuture
+
+def payload_bytes(value: Any) -> int:
+    """Bytes of tensor data in one argument (DataProto, tensor or array); 0 for anything else."""
+    if isinstance(value, DataProto):
+        return value.nbytes()
+    if isinstance(value, torch.Tensor):
+        return value.element_size() * value.numel()
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return value.nbytes
+    return 0
+
 
 DEFAULT_CALL_TIMEOUT_S = float(os.environ.get("RLHFCTL_CALL_TIMEOUT_S", "1800"))
 
@@ -33,7 +48,7 @@ class DispatchEvent:
     finished: float | None = None
     dispatch_s: float = 0.0
     collect_s: float = 0.0
-    rank_spans: list[tuple[int, float, float]] | None = None
+    bytes_sent: int = 0
 
 
 class DispatchObserver(Protocol):
@@ -48,7 +63,9 @@ class WorkerGroup:
     """A group of ranks running one worker class; registered methods become group methods."""
 
     backend = "base"
-    _GROUP_ATTRIBUTES = frozenset({"role", "world_size", "call", "shutdown", "method_specs", "observers", "worker_cls"})
+    _GROUP_ATTRIBUTES = frozenset(
+        {"role", "world_size", "call", "submit", "shutdown", "method_specs", "observers", "worker_cls", "backend"}
+    )
 
     def __init__(self, role: str, worker_cls: type, world_size: int, call_timeout_s: float | None = None) -> None:
         if world_size < 1:
@@ -99,6 +116,16 @@ class WorkerGroup:
     # ------------------------------------------------------------------ calling
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call registered ``method`` on the group as its spec says (the bound methods use this)."""
+        return self._call(method, args, kwargs, force_future=False)
+
+    def submit(self, method: str, *args: Any, **kwargs: Any) -> GroupFuture:
+        """Start registered ``method`` and return its future at once, whatever its ``blocking`` says.
+
+        The driver uses this to keep independent calls on different groups in flight together.
+        """
+        return self._call(method, args, kwargs, force_future=True)
+
+    def _call(self, method: str, args: tuple, kwargs: dict, force_future: bool) -> Any:
         spec = self.method_specs.get(method)
         if spec is None:
             return getattr(self, method)  # raises the AttributeError listing the registered methods
@@ -114,6 +141,10 @@ class WorkerGroup:
             rows_per_rank=plan.rows_per_rank(),
             started=started,
         )
+        if self.observers:
+            event.bytes_sent = sum(payload_bytes(value) for args_ in plan.rank_args for value in args_) + sum(
+                payload_bytes(value) for kwargs_ in plan.rank_kwargs for value in kwargs_.values()
+            )
         for observer in self.observers:
             observer.call_started(event)
         handles = self._launch(method, [plan.rank_args[r] for r in ranks], [plan.rank_kwargs[r] for r in ranks], ranks)
@@ -126,7 +157,7 @@ class WorkerGroup:
             ranks=ranks,
             layout=plan.layout if spec.execute_mode is Execute.ALL else None,
         )
-        return future.get() if spec.blocking else future
+        return future.get() if spec.blocking and not force_future else future
 
     def _collector(self, spec: DispatchSpec, plan: CallPlan, event: DispatchEvent) -> Callable[[list], Any]:
         collect = plan.collect if spec.execute_mode is Execute.ALL else (lambda outputs: outputs[0])
@@ -153,6 +184,10 @@ class WorkerGroup:
         raise NotImplementedError
 
     def _ready(self, handles: list[Any]) -> bool:
+        raise NotImplementedError
+
+    def drain_rank_spans(self) -> list[tuple[int, str, str, float, float]]:
+        """(rank, role, method, start, end) of the calls each rank ran since the last drain."""
         raise NotImplementedError
 
     def shutdown(self) -> None:

@@ -1,0 +1,157 @@
+"""Batch-size arithmetic: prompts and samples per step, per-rank shards, mini- and micro-batches."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rlhfctl.recipe.dataflow import training_step
+from rlhfctl.recipe.pools import PoolInfo, pool_of
+from rlhfctl.recipe.report import Issue, error, warning
+from rlhfctl.single_controller.futures import RowLayout
+
+__all__ = ["BatchTable", "ShardRow", "UpdateRow", "derive_batch_table"]
+
+
+@dataclass(frozen=True)
+class ShardRow:
+    """How one group call's rows split over its ranks (ALL_TO_ALL), padding included."""
+
+    call: str
+    role: str
+    pool: str
+    world_size: int
+    rows: int
+    unit: str
+    rows_per_rank: int
+    padding: int
+    rows_out: int
+
+
+@dataclass(frozen=True)
+class UpdateRow:
+    """How an updating role (actor, critic) cuts its per-rank shard into mini- and micro-batches."""
+
+    role: str
+    world_size: int
+    mini_batch_size: int
+    mini_batches: int | None
+    mini_batch_samples: int
+    rows_per_rank: int
+    padding: int
+    mini_batch_rows_per_rank: int | None
+    micro_batch_size: int | None
+    grad_accum: int | None
+    ppo_epochs: int
+    optimizer_steps: int | None
+
+
+@dataclass(frozen=True)
+class BatchTable:
+    """The derived numbers of one training step."""
+
+    prompts_per_step: int
+    n: int
+    samples_per_step: int
+    shards: tuple[ShardRow, ...]
+    updates: tuple[UpdateRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view."""
+        return {
+            "prompts_per_step": self.prompts_per_step,
+            "n": self.n,
+            "samples_per_step": self.samples_per_step,
+            "shards": [asdict(row) for row in self.shards],
+            "updates": [asdict(row) for row in self.updates],
+        }
+
+
+def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | None = None) -> tuple[BatchTable, list[Issue]]:
+    """The step's batch numbers for ``batch_size`` prompts (default trainer.batch_size), and the problems found."""
+    prompts = int(batch_size if batch_size is not None else cfg.trainer.batch_size)
+    n = int(cfg.rollout.n)
+    samples = prompts * n
+    shards = []
+    for call in training_step(cfg):
+        pool = pool_of(pools, call.role)
+        if call.role == "driver" or pool is None:
+            continue
+        rows = prompts if call.unit == "prompts" else samples
+        layout = RowLayout(rows, pool.world_size)
+        shards.append(ShardRow(call.name, call.role, pool.name, pool.world_size, rows, call.unit,
+                               layout.shard_size, layout.pad, rows * call.fan_out))
+    updates, issues = [], []
+    for role in ("critic", "actor"):
+        pool = pool_of(pools, role)
+        if pool is not None:
+            row, found = _update_row(cfg, role, pool, prompts, samples)
+            updates.append(row)
+            issues.extend(found)
+    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates)), issues
+
+
+def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:
+    section = cfg.roles[role]
+    issues: list[Issue] = []
+    mb_key = f"roles.{role}.mini_batch_size" if section.mini_batch_size is not None else "trainer.mini_batch_size"
+    mini_batch = int(section.mini_batch_size if section.mini_batch_size is not None else cfg.trainer.mini_batch_size)
+    epochs = int(section.ppo_epochs if section.ppo_epochs is not None else cfg.trainer.ppo_epochs)
+    world = pool.world_size
+    layout = RowLayout(samples, world)
+    per_rank = layout.shard_size
+    call = f"{role}.update_{role}"
+    if layout.pad:
+        issues.append(warning("trainer.batch_size", (
+            f"{call}: {samples} samples over {world} ranks gives each rank {per_rank} rows, {layout.pad} of them "
+            f"padding copies that are trained on; make trainer.batch_size x rollout.n ({samples}) a multiple of {world}"
+        )))
+    mini_batches = None
+    if mini_batch > prompts:
+        issues.append(error(mb_key, f"{mb_key}: {mini_batch} prompts is larger than trainer.batch_size ({prompts}); a mini-batch is part of a step's batch"))
+    elif prompts % mini_batch:
+        issues.append(error(mb_key, (
+            f"{mb_key}: trainer.batch_size {prompts} is not divisible by the {role} mini-batch size {mini_batch}; "
+            f"use a divisor of {prompts}"
+        )))
+    else:
+        mini_batches = prompts // mini_batch
+    mini_rows = micro = accum = None
+    if mini_batches is not None:
+        if per_rank % mini_batches:
+            issues.append(error(mb_key, (
+                f"{mb_key}: each {role} rank holds {per_rank} rows ({samples} samples over {world} ranks), "
+                f"which do not split into {mini_batches} equal mini-batches; change {mb_key} or the number of ranks"
+            )))
+        else:
+            mini_rows = per_rank // mini_batches
+    micro_key = f"roles.{role}.micro_batch_size"
+    if mini_rows is not None:
+        micro = int(section.micro_batch_size) if section.micro_batch_size is not None else mini_rows
+        if micro > mini_rows:
+            issues.append(error(micro_key, (
+                f"{micro_key}: {micro} is larger than one mini-batch on one rank ({mini_rows} rows = "
+                f"{mini_batch} prompts x {cfg.rollout.n} / {world} ranks)"
+            )))
+        elif mini_rows % micro:
+            issues.append(error(micro_key, (
+                f"{micro_key}: a mini-batch on one rank has {mini_rows} rows, not divisible by micro_batch_size {micro}; "
+                f"use a divisor of {mini_rows}"
+            )))
+        else:
+            accum = mini_rows // micro
+    row = UpdateRow(
+        role=role,
+        world_size=world,
+        mini_batch_size=mini_batch,
+        mini_batches=mini_batches,
+        mini_batch_samples=mini_batch * int(cfg.rollout.n),
+        rows_per_rank=per_rank,
+        padding=layout.pad,
+        mini_batch_rows_per_rank=mini_rows,
+        micro_batch_size=micro,
+        grad_accum=accum,
+        ppo_epochs=epochs,
+        optimizer_steps=None if mini_batches is None else mini_batches * epochs,
+    )
+    return row, issues

@@ -1,0 +1,109 @@
+"""The group calls of one training step, in order, with the batch keys each one reads and writes.
+
+This is the plan ``rlhfctl inspect-dispatch`` and ``rlhfctl validate`` describe; the trainer follows the
+same order. Tensor names follow the usual PPO batch keys; shapes use symbolic dimensions resolved by
+:func:`resolve_dims`: ``rows`` (rows on one rank), ``prompt_len`` (data.max_prompt_length),
+``response_len`` (rollout.max_new_tokens) and ``seq_len`` (their sum).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlhfctl.recipe.roles import reference_source
+
+__all__ = ["StepCall", "TensorSpec", "resolve_dims", "training_step"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A batch key with symbolic dims and a dtype."""
+
+    name: str
+    dims: tuple[str, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """One call of a training step: a worker-group method, or work done on the driver (role "driver")."""
+
+    role: str
+    method: str
+    purpose: str
+    unit: str
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    fan_out: int = 1
+    updates: bool = False
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        """``role.method`` (``driver: method`` for driver work)."""
+        return f"driver: {self.method}" if self.role == "driver" else f"{self.role}.{self.method}"
+
+
+def _t(name: str, dims: str, dtype: str) -> TensorSpec:
+    return TensorSpec(name, tuple(dims.split()), dtype)
+
+
+_PROMPT_IN = (_t("input_ids", "rows prompt_len", "int64"), _t("attention_mask", "rows prompt_len", "int64"), _t("position_ids", "rows prompt_len", "int64"))
+_SEQUENCE = (_t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"), _t("position_ids", "rows seq_len", "int64"), _t("responses", "rows response_len", "int64"))
+_MASK = _t("response_mask", "rows response_len", "int64")
+
+
+def _f(name: str) -> TensorSpec:
+    return _t(name, "rows response_len", "float32")
+
+
+def training_step(cfg: Any) -> list[StepCall]:
+    """The calls of one training step for this recipe, in the order the trainer makes them."""
+    n = int(cfg.rollout.n)
+    kl = cfg.algorithm.kl
+    critic = cfg.roles.get("critic") is not None
+    reference = reference_source(cfg)
+    steps = [
+        StepCall("actor", "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
+                 (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK,
+                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),
+                  _t("position_ids", "rows seq_len", "int64")), fan_out=n),
+        StepCall("reward", "compute_rewards", "score the responses", "samples",
+                 (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK),
+                 (_f("token_level_scores"),)),
+        StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update", "samples",
+                 _SEQUENCE, (_f("old_log_probs"),)),
+    ]
+    if reference is not None:
+        note = "the actor with its LoRA adapter disabled" if reference == "actor" else ""
+        steps.append(StepCall(reference, "compute_ref_log_prob", "reference log-probs for the KL", "samples",
+                              _SEQUENCE, (_f("ref_log_prob"),), note=note))
+    if critic:
+        steps.append(StepCall("critic", "compute_values", "value estimates", "samples", _SEQUENCE, (_f("values"),)))
+    if kl.use_in_reward and reference is not None:
+        steps.append(StepCall("driver", "apply_kl_penalty", f"token rewards = scores - coef * KL ({kl.kind}, {kl.controller})",
+                              "samples", (_f("token_level_scores"), _f("old_log_probs"), _f("ref_log_prob")),
+                              (_f("token_level_rewards"),)))
+    estimator = cfg.algorithm.adv_estimator
+    adv_inputs = [_f("token_level_rewards"), _MASK] + ([_f("values")] if critic else [])
+    steps.append(StepCall("driver", "compute_advantages", f"advantages ({estimator})", "samples", tuple(adv_inputs),
+                          (_f("advantages"), _f("returns"))))
+    if critic:
+        steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
+                              (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
+    warmup = int(cfg.trainer.critic_warmup_steps)
+    actor_inputs = [*_SEQUENCE, _MASK, _f("old_log_probs"), _f("advantages")]
+    if kl.use_kl_loss and reference is not None:
+        actor_inputs.append(_f("ref_log_prob"))
+    steps.append(StepCall("actor", "update_actor", "PPO policy update", "samples", tuple(actor_inputs), updates=True,
+                          note=f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)" if warmup else ""))
+    return steps
+
+
+def resolve_dims(spec: TensorSpec, rows: int, cfg: Any) -> tuple[int, ...]:
+    """Concrete shape of ``spec`` for ``rows`` rows under this recipe's lengths."""
+    prompt_len = int(cfg.data.max_prompt_length)
+    response_len = int(cfg.rollout.max_new_tokens)
+    sizes = {"rows": rows, "prompt_len": prompt_len, "response_len": response_len, "seq_len": prompt_len + response_len}
+    return tuple(sizes[dim] for dim in spec.dims)

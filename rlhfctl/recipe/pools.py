@@ -1,0 +1,87 @@
+"""Resource pools as the recipe declares them: size, GPUs, and which roles share (are colocated on) each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlhfctl.recipe.errors import RecipeError, did_you_mean
+from rlhfctl.recipe.roles import present_roles
+
+__all__ = ["PoolInfo", "pool_of", "resolve_pools"]
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """One pool: its processes, GPU use, and the roles colocated on it (one process per rank hosts them all)."""
+
+    name: str
+    roles: tuple[str, ...]
+    process_on_nodes: tuple[int, ...]
+    use_gpu: bool
+    max_colocate_count: int
+    num_cpus_per_process: float | None
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the pool (sum of process_on_nodes)."""
+        return sum(self.process_on_nodes)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the pool reserves."""
+        return self.world_size if self.use_gpu else 0
+
+    @property
+    def colocated(self) -> bool:
+        """True when several roles share the pool's processes."""
+        return len(self.roles) > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view."""
+        return {
+            "name": self.name,
+            "roles": list(self.roles),
+            "world_size": self.world_size,
+            "process_on_nodes": list(self.process_on_nodes),
+            "use_gpu": self.use_gpu,
+            "gpus": self.gpus,
+            "max_colocate_count": self.max_colocate_count,
+            "num_cpus_per_process": self.num_cpus_per_process,
+        }
+
+
+def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
+    """Per declared pool (in recipe order): its roles, world size and GPU use.
+
+    With ``strict`` a role naming an undeclared pool raises RecipeError; otherwise that role is left out.
+    """
+    members: dict[str, list[str]] = {name: [] for name in cfg.resource_pools}
+    for role in present_roles(cfg):
+        pool = cfg.roles[role].pool
+        if pool in members:
+            members[pool].append(role)
+        elif strict:
+            declared = list(members)
+            raise RecipeError(
+                f"roles.{role}.pool: pool {pool!r} is not declared in resource_pools "
+                f"(declared: {', '.join(declared) or 'none'}){did_you_mean(pool, declared)}",
+                key_path=f"roles.{role}.pool",
+                kind="invalid",
+            )
+    pools = {}
+    for name, spec in cfg.resource_pools.items():
+        pools[name] = PoolInfo(
+            name=str(name),
+            roles=tuple(members[name]),
+            process_on_nodes=tuple(int(n) for n in spec.process_on_nodes),
+            use_gpu=bool(spec.use_gpu),
+            max_colocate_count=int(spec.max_colocate_count),
+            num_cpus_per_process=None if spec.num_cpus_per_process is None else float(spec.num_cpus_per_process),
+        )
+    return pools
+
+
+def pool_of(pools: dict[str, PoolInfo], role: str) -> PoolInfo | None:
+    """The pool hosting ``role``, or None when the role is absent or its pool undeclared."""
+    return next((pool for pool in pools.values() if role in pool.roles), None)

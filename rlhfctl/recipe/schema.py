@@ -1,0 +1,238 @@
+"""The recipe schema: structured dataclasses that OmegaConf merges recipes into.
+
+Every field has a default and ``metadata``: ``help`` (one line, used by error messages and
+docs/recipes.md), optionally ``choices`` (a tuple, or the name of a choice provider in
+:mod:`rlhfctl.recipe.choices`), ``min`` / ``max`` (inclusive bounds) and ``min_exclusive``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+def _field(default: Any = None, doc: str = "", *, factory: Any = None, **checks: Any) -> Any:
+    """A dataclass field with a default (or default factory) and the metadata the checks read."""
+    metadata = {"help": doc, **checks}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class RayConfig:
+    """How the driver reaches Ray."""
+
+    address: Optional[str] = _field(None, "Ray cluster to join (e.g. ray://host:10001 or auto); null starts a private local Ray")
+    num_cpus: Optional[int] = _field(None, "CPUs of the private local Ray (null: all of this machine)", min=1)
+    num_gpus: Optional[int] = _field(None, "GPUs of the private local Ray (null: all visible GPUs)", min=0)
+    backend: str = _field("ray", "ray runs each rank in its own process; local runs every rank in the driver (debugging)", choices=("ray", "local"))
+    dashboard: bool = _field(False, "start the Ray dashboard with the private local Ray")
+
+
+@dataclass
+class ResourcePoolConfig:
+    """Processes per node; each role assigned to the pool runs one rank per process."""
+
+    process_on_nodes: List[int] = _field(doc="processes (ranks) on each node, e.g. [8] or [8, 8]; world size is the sum", factory=lambda: [1], min=1, min_items=1)
+    use_gpu: bool = _field(False, "reserve one GPU per process")
+    max_colocate_count: int = _field(4, "most worker groups that may share one process slot", min=1)
+    num_cpus_per_process: Optional[float] = _field(None, "CPUs reserved per process (null: 1 with GPUs, 0.5 without)", min_exclusive=0)
+
+
+@dataclass
+class ModelConfig:
+    """Where a role's weights come from: a checkpoint (path) or an inline architecture (config)."""
+
+    path: Optional[str] = _field(None, "local directory or hub id, loaded with from_pretrained (wins over config)")
+    config: Optional[Dict[str, Any]] = _field(None, "inline transformers config fields (model_type, hidden_size, ...), random weights and the character tokenizer")
+    tokenizer_path: Optional[str] = _field(None, "load the tokenizer from here instead of path")
+    dtype: str = _field("float32", "parameter dtype", choices="dtypes")
+    trust_remote_code: bool = _field(False, "allow custom modelling code from the hub")
+    gradient_checkpointing: bool = _field(False, "recompute activations in backward to save memory")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and its learning-rate schedule."""
+
+    lr: float = _field(1e-4, "peak learning rate", min=0)
+    weight_decay: float = _field(0.0, "AdamW weight decay", min=0)
+    betas: List[float] = _field(doc="AdamW betas [beta1, beta2], each in [0, 1)", factory=lambda: [0.9, 0.999], min=0, max_exclusive=1, min_items=2, max_items=2)
+    eps: float = _field(1e-8, "AdamW epsilon", min_exclusive=0)
+    grad_clip: float = _field(1.0, "clip the global gradient norm to this value; 0 disables clipping", min=0)
+    lr_schedule: str = _field("constant", "learning-rate schedule after warmup", choices=("constant", "linear", "cosine"))
+    warmup_steps: int = _field(0, "linear warmup from 0 to lr over this many optimizer steps", min=0)
+    min_lr_ratio: float = _field(0.0, "final learning rate of linear/cosine decay, as a fraction of lr", min=0, max=1)
+
+
+@dataclass
+class LoraConfig:
+    """A LoRA adapter on the actor (peft); with no reference role the adapter-disabled actor is the reference."""
+
+    r: int = _field(8, "adapter rank", min=1)
+    alpha: float = _field(16, "LoRA scaling alpha", min_exclusive=0)
+    dropout: float = _field(0.0, "dropout on the adapter input", min=0, max_exclusive=1)
+    target_modules: Any = _field("all-linear", "all-linear, or a list of module names such as [q_proj, v_proj]", kind="target_modules")
+
+
+@dataclass
+class ActorRole:
+    """The policy: generates rollouts, computes log-probs, is updated with the PPO loss."""
+
+    worker: str = _field("workers.actor.ActorWorker", "importable worker class, module.Class or module:Class")
+    pool: str = _field("main", "resource pool the role runs on (roles on one pool are colocated)")
+    model: ModelConfig = _field(doc="the policy model", factory=ModelConfig)
+    optim: OptimConfig = _field(doc="optimizer of the policy", factory=OptimConfig)
+    lora: Optional[LoraConfig] = _field(None, "LoRA adapter (null: full fine-tuning)")
+    ppo_epochs: Optional[int] = _field(None, "passes over each batch (null: trainer.ppo_epochs)", min=1)
+    mini_batch_size: Optional[int] = _field(None, "prompts per optimizer step (null: trainer.mini_batch_size)", min=1)
+    micro_batch_size: Optional[int] = _field(None, "samples per forward/backward pass on one rank (null: a whole mini-batch, no accumulation)", min=1)
+    clip_ratio_low: float = _field(0.2, "PPO clip epsilon below 1", min=0)
+    clip_ratio_high: float = _field(0.2, "PPO clip epsilon above 1 (0.28 for DAPO clip-higher)", min=0)
+    clip_ratio_c: Optional[float] = _field(3.0, "dual-clip bound for negative advantages, > 1 (null disables)", min_exclusive=1)
+    entropy_coeff: float = _field(0.0, "weight of the entropy bonus")
+    loss_agg_mode: str = _field("token-mean", "how token losses are reduced", choices="loss_agg_modes")
+
+
+@dataclass
+class ReferenceRole:
+    """The frozen reference policy for the KL terms."""
+
+    worker: str = _field("workers.reference.ReferenceWorker", "importable worker class, module.Class or module:Class")
+    pool: str = _field("main", "resource pool the role runs on")
+    model: Optional[ModelConfig] = _field(None, "reference model (null: the actor's initial model)")
+
+
+@dataclass
+class CriticRole:
+    """The value model (needed by gae)."""
+
+    worker: str = _field("workers.critic.CriticWorker", "importable worker class, module.Class or module:Class")
+    pool: str = _field("main", "resource pool the role runs on")
+    model: Optional[ModelConfig] = _field(None, "value model (null: the actor's model with a value head)")
+    optim: OptimConfig = _field(doc="optimizer of the critic", factory=OptimConfig)
+    ppo_epochs: Optional[int] = _field(None, "passes over each batch (null: trainer.ppo_epochs)", min=1)
+    mini_batch_size: Optional[int] = _field(None, "prompts per optimizer step (null: trainer.mini_batch_size)", min=1)
+    micro_batch_size: Optional[int] = _field(None, "samples per forward/backward pass on one rank (null: a whole mini-batch)", min=1)
+    cliprange_value: Optional[float] = _field(0.5, "value clip range around the old values (null: unclipped)", min_exclusive=0)
+    loss_agg_mode: str = _field("token-mean", "how token losses are reduced", choices="loss_agg_modes")
+    warmup_steps: int = _field(0, "learning-rate warmup of the critic in optimizer steps; when > 0 it replaces optim.warmup_steps", min=0)
+
+
+@dataclass
+class RewardRole:
+    """Scores responses with a reward function (or a reward model)."""
+
+    worker: str = _field("workers.reward.RewardWorker", "importable worker class, module.Class or module:Class")
+    pool: str = _field("main", "resource pool the role runs on")
+    function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
+    model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
+    batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
+    on_error: str = _field("raise", "when the reward function raises: stop the run, or score the batch 0", choices=("raise", "zero"))
+
+
+@dataclass
+class RolesConfig:
+    """The four roles; null means the role is absent. Roles on one pool are colocated."""
+
+    actor: Optional[ActorRole] = _field(doc="the policy (required)", factory=ActorRole)
+    reference: Optional[ReferenceRole] = _field(doc="reference policy for KL (null: none, or the adapter-disabled actor with LoRA)", factory=ReferenceRole)
+    critic: Optional[CriticRole] = _field(None, "value model (required by gae)")
+    reward: Optional[RewardRole] = _field(doc="reward scoring (required)", factory=RewardRole)
+
+
+@dataclass
+class DataConfig:
+    """Prompts: files, or a bundled task generated at run time."""
+
+    train_files: Optional[List[str]] = _field(None, "prompt files (.jsonl, .json, .parquet, .csv), relative to the working directory")
+    val_files: Optional[List[str]] = _field(None, "validation prompt files (null: none, or the task's validation split)")
+    task: Optional[str] = _field(None, "bundled task used when train_files is null", choices="tasks")
+    num_train: int = _field(512, "training prompts generated for a task", min=1)
+    num_val: int = _field(64, "validation prompts generated for a task", min=0)
+    prompt_key: str = _field("prompt", "column holding the prompt")
+    max_prompt_length: int = _field(32, "prompt tokens; prompts are left-padded to this length", min=1)
+    overlong: str = _field("error", "what to do with prompts longer than max_prompt_length", choices="overlong")
+    apply_chat_template: bool = _field(False, "render prompts with the tokenizer's chat template")
+    shuffle: bool = _field(True, "shuffle the prompts every epoch")
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling of responses."""
+
+    n: int = _field(4, "responses sampled per prompt (the GRPO group size)", min=1)
+    max_new_tokens: int = _field(32, "response tokens; responses are right-padded to this length", min=1)
+    temperature: float = _field(1.0, "sampling temperature", min=0)
+    top_p: float = _field(1.0, "nucleus sampling mass", min_exclusive=0, max=1)
+    top_k: int = _field(0, "top-k sampling (0 disables)", min=0)
+    do_sample: bool = _field(True, "sample (false: greedy decoding)")
+
+
+@dataclass
+class KLConfig:
+    """KL between the policy and the reference, in the reward and/or as a loss."""
+
+    use_in_reward: bool = _field(False, "subtract coef * KL from the token rewards")
+    kind: str = _field("k1", "estimator for the in-reward KL", choices="kl_kinds")
+    coef: float = _field(0.001, "initial in-reward KL coefficient", min=0)
+    controller: str = _field("fixed", "in-reward KL coefficient controller", choices=("fixed", "adaptive"))
+    target: float = _field(0.1, "target KL of the adaptive controller", min_exclusive=0)
+    horizon: int = _field(10000, "horizon of the adaptive controller", min=1)
+    use_kl_loss: bool = _field(False, "add loss_coef * KL to the actor loss")
+    loss_coef: float = _field(0.001, "weight of the KL loss", min=0)
+    loss_kind: str = _field("k3", "estimator for the KL loss", choices="kl_kinds")
+
+
+@dataclass
+class AlgorithmConfig:
+    """Advantage estimation and KL."""
+
+    adv_estimator: str = _field("grpo", "advantage estimator: gae, grpo, rloo, reinforce_plus_plus, remax or a registered name")
+    gamma: float = _field(1.0, "discount factor", min=0, max=1)
+    lam: float = _field(1.0, "GAE lambda", min=0, max=1)
+    norm_adv_by_std_in_grpo: bool = _field(True, "divide GRPO advantages by the group std (false: Dr. GRPO)")
+    import_modules: List[str] = _field(doc="modules imported first (custom estimators, reward code)", factory=list)
+    kl: KLConfig = _field(doc="KL penalty and loss", factory=KLConfig)
+
+
+@dataclass
+class TrainerConfig:
+    """The training loop."""
+
+    total_steps: int = _field(40, "training steps (one batch of prompts each)", min=1)
+    batch_size: int = _field(16, "prompts per step", min=1)
+    mini_batch_size: int = _field(16, "prompts per optimizer step (roles may override)", min=1)
+    ppo_epochs: int = _field(1, "passes over each batch (roles may override)", min=1)
+    seed: int = _field(0, "seed of data order, sampling and inline model weights", min=0)
+    output_dir: str = _field("runs/quickstart", "where checkpoints, metrics and traces go")
+    save_every: int = _field(0, "save a checkpoint every this many steps (0: only at the end)", min=0)
+    resume: str = _field("never", "never, auto (latest checkpoint in output_dir) or a checkpoint path")
+    val_every: int = _field(0, "validate every this many steps (0: never)", min=0)
+    critic_warmup_steps: int = _field(0, "steps that update only the critic before the actor starts", min=0)
+    call_timeout_s: float = _field(1800, "seconds a worker-group call may take before the run fails", min_exclusive=0)
+    trace: bool = _field(False, "record a dispatch trace of every group call in output_dir")
+    keep_last: int = _field(3, "checkpoints kept (0 keeps all)", min=0)
+    save_on_interrupt: bool = _field(True, "save a checkpoint when interrupted (Ctrl-C)")
+    log_every: int = _field(1, "print and log metrics every this many steps", min=1)
+
+
+def _default_pools() -> Dict[str, ResourcePoolConfig]:
+    return {"main": ResourcePoolConfig()}
+
+
+@dataclass
+class Recipe:
+    """A whole recipe."""
+
+    ray: RayConfig = _field(doc="Ray connection", factory=RayConfig)
+    resource_pools: Dict[str, ResourcePoolConfig] = _field(doc="named pools of processes; a recipe that lists pools replaces the default 'main'", factory=_default_pools)
+    roles: RolesConfig = _field(doc="the roles and their workers", factory=RolesConfig)
+    data: DataConfig = _field(doc="prompt data", factory=DataConfig)
+    rollout: RolloutConfig = _field(doc="sampling", factory=RolloutConfig)
+    algorithm: AlgorithmConfig = _field(doc="advantages and KL", factory=AlgorithmConfig)
+    trainer: TrainerConfig = _field(doc="the training loop", factory=TrainerConfig)
+
+
+ROLE_NAMES: tuple[str, ...] = ("actor", "reference", "critic", "reward")

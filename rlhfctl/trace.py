@@ -1,0 +1,136 @@
+"""The dispatch trace: every group call as Chrome trace events (Perfetto, chrome://tracing), and its summary.
+
+Tracks: the driver (pid 0) with a span per group call and its dispatch / collect parts and a span
+per training step; one process per worker host set, a thread per rank, with a span per method run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rlhfctl.single_controller.worker_group import DispatchEvent, WorkerGroup
+
+TRACE_FILE = "trace.json"
+_US = 1_000_000.0
+
+
+class TraceRecorder:
+    """Observes group calls and worker spans, and writes ``trace.json``."""
+
+    def __init__(self) -> None:
+        self.calls: list[DispatchEvent] = []
+        self.steps: list[tuple[int, float, float]] = []
+        self.worker_spans: list[tuple[str, int, str, str, float, float]] = []
+
+    # DispatchObserver
+    def call_started(self, event: DispatchEvent) -> None:
+        self.calls.append(event)
+
+    def call_finished(self, event: DispatchEvent) -> None:
+        """Nothing to do: the event object is completed in place."""
+
+    def record_step(self, step: int, start: float, end: float) -> None:
+        """A training step's wall-clock span (time.time() seconds)."""
+        self.steps.append((step, start, end))
+
+    def drain_workers(self, groups: list[WorkerGroup]) -> None:
+        """Fetch the spans each rank recorded; colocated groups share hosts and are drained once."""
+        seen: set[int] = set()
+        for group in groups:
+            hosts = getattr(group, "_hosts", None)
+            if id(hosts) in seen:
+                continue
+            seen.add(id(hosts))
+            track = "+".join(sorted(g.role for g in groups if getattr(g, "_hosts", None) is hosts))
+            for rank, role, method, start, end in group.drain_rank_spans():
+                self.worker_spans.append((track, rank, role, method, start, end))
+
+    def to_chrome_trace(self) -> dict[str, Any]:
+        """The trace as a Chrome trace-event JSON object."""
+        events: list[dict[str, Any]] = [_meta("process_name", 0, 0, "driver"), _meta("thread_name", 0, 0, "controller")]
+        for step, start, end in self.steps:
+            events.append(_span(f"step {step}", "step", 0, 1, start, end, {}))
+        events.append(_meta("thread_name", 0, 1, "steps"))
+        for event in self.calls:
+            if event.finished is None:
+                continue
+            name = f"{event.role}.{event.method}"
+            args = {"dispatch_mode": event.dispatch_mode, "execute_mode": event.execute_mode,
+                    "ranks": len(event.ranks), "rows_per_rank": event.rows_per_rank, "bytes_sent": event.bytes_sent}
+            events.append(_span(name, "call", 0, 0, event.started, event.finished, args))
+            events.append(_span("dispatch", "dispatch", 0, 0, event.started, event.started + event.dispatch_s, {}))
+            events.append(_span("collect", "collect", 0, 0, event.finished - event.collect_s, event.finished, {}))
+        tracks = sorted({span[0] for span in self.worker_spans})
+        for index, track in enumerate(tracks, start=1):
+            events.append(_meta("process_name", index, 0, f"workers: {track}"))
+            for rank in sorted({span[1] for span in self.worker_spans if span[0] == track}):
+                events.append(_meta("thread_name", index, rank, f"rank {rank}"))
+        for track, rank, role, method, start, end in self.worker_spans:
+            events.append(_span(f"{role}.{method}", "worker", tracks.index(track) + 1, rank, start, end, {}))
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def write(self, output_dir: str | Path) -> Path:
+        """Write ``<output_dir>/trace.json``."""
+        path = Path(output_dir) / TRACE_FILE
+        path.write_text(json.dumps(self.to_chrome_trace()))
+        return path
+
+
+def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+
+
+def _span(name: str, category: str, pid: int, tid: int, start: float, end: float, args: dict) -> dict[str, Any]:
+    return {"name": name, "cat": category, "ph": "X", "pid": pid, "tid": tid,
+            "ts": start * _US, "dur": max(0.0, end - start) * _US, "args": args}
+
+
+def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
+    """Calls, total and mean time per ``role.method``, rank imbalance, bytes, and orchestration share."""
+    if not isinstance(trace, dict):
+        path = Path(trace)
+        path = path / TRACE_FILE if path.is_dir() else path
+        trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    calls = [e for e in events if e.get("cat") == "call"]
+    workers = [e for e in events if e.get("cat") == "worker"]
+    steps = [e for e in events if e.get("cat") == "step"]
+    per_method: dict[str, dict[str, Any]] = {}
+    overhead_us = 0.0
+    for call in calls:
+        entry = per_method.setdefault(call["name"], {"calls": 0, "total_s": 0.0, "bytes_sent": 0, "rank_s": defaultdict(float)})
+        entry["calls"] += 1
+        entry["total_s"] += call["dur"] / _US
+        entry["bytes_sent"] += call["args"].get("bytes_sent", 0)
+        start, end = call["ts"], call["ts"] + call["dur"]
+        inside = [w for w in workers if w["name"] == call["name"] and w["ts"] >= start - 1e3 and w["ts"] + w["dur"] <= end + 1e3]
+        for span in inside:
+            entry["rank_s"][(span["pid"], span["tid"])] += span["dur"] / _US
+        compute = max((w["dur"] for w in inside), default=0.0)
+        overhead_us += max(0.0, call["dur"] - compute)
+    methods = {}
+    for name, entry in sorted(per_method.items(), key=lambda item: -item[1]["total_s"]):
+        rank_times = entry["rank_s"]
+        slowest = max(rank_times.values(), default=0.0)
+        fastest = min(rank_times.values(), default=0.0)
+        methods[name] = {
+            "calls": entry["calls"],
+            "total_s": round(entry["total_s"], 6),
+            "mean_s": round(entry["total_s"] / entry["calls"], 6),
+            "slowest_rank_s": round(slowest, 6),
+            "fastest_rank_s": round(fastest, 6),
+            "imbalance": round(slowest / fastest, 3) if fastest > 0 else None,
+            "bytes_sent": entry["bytes_sent"],
+        }
+    step_total_us = sum(step["dur"] for step in steps)
+    return {
+        "steps": len(steps),
+        "calls": len(calls),
+        "methods": methods,
+        "orchestration_s": round(overhead_us / _US, 6),
+        "step_s": round(step_total_us / _US, 6),
+        "orchestration_share": round(overhead_us / step_total_us, 4) if step_total_us else None,
+    }

@@ -1,0 +1,94 @@
+"""Per-step metrics: what the batch says about the policy, and the metrics.jsonl log."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlhfctl.algorithms import explained_variance, masked_mean
+from rlhfctl.protocol import DataProto
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    return {
+        f"{prefix}/mean": values.mean().item(),
+        f"{prefix}/std": values.std().item() if values.numel() > 1 else 0.0,
+        f"{prefix}/max": values.max().item(),
+        f"{prefix}/min": values.min().item(),
+    }
+
+
+def batch_metrics(batch: DataProto) -> dict[str, float]:
+    """Reward, length, advantage, value and KL statistics of one step's batch."""
+    mask = batch.batch["response_mask"].float()
+    metrics = _stats("reward", batch.batch["token_level_scores"].sum(-1))
+    metrics.update(_stats("response_length", mask.sum(-1)))
+    metrics["prompt_length/mean"] = batch.batch["attention_mask"].sum(-1).float().mean().item() - metrics["response_length/mean"]
+    if "token_level_rewards" in batch.batch:
+        metrics["reward/with_kl_mean"] = batch.batch["token_level_rewards"].sum(-1).mean().item()
+    metrics["advantages/mean"] = masked_mean(batch.batch["advantages"], mask).item()
+    metrics["returns/mean"] = masked_mean(batch.batch["returns"], mask).item()
+    if "values" in batch.batch:
+        metrics["values/mean"] = masked_mean(batch.batch["values"], mask).item()
+        metrics["critic/explained_variance"] = float(explained_variance(batch.batch["values"], batch.batch["returns"], mask))
+    if "ref_log_prob" in batch.batch and "old_log_probs" in batch.batch:
+        metrics["kl"] = masked_mean(batch.batch["old_log_probs"] - batch.batch["ref_log_prob"], mask).item()
+    if "entropys" in batch.batch:
+        metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
+    return metrics
+
+
+def mean_over_ranks(per_rank: Any) -> dict[str, float]:
+    """Average a metrics dict returned by every rank (or pass a single dict through)."""
+    if isinstance(per_rank, dict):
+        return {key: float(value) for key, value in per_rank.items()}
+    dicts = [d for d in per_rank if isinstance(d, dict)]
+    if not dicts:
+        return {}
+    return {key: sum(float(d[key]) for d in dicts) / len(dicts) for key in dicts[0]}
+
+
+def first_non_finite(metrics: dict[str, float], keys: tuple[str, ...]) -> str | None:
+    """The first of ``keys`` whose value is NaN or infinite, if any."""
+    for key in keys:
+        value = metrics.get(key)
+        if value is not None and not math.isfinite(value):
+            return key
+    return None
+
+
+class MetricsLog:
+    """``<output_dir>/metrics.jsonl``: one JSON object per step; a resumed run drops steps past its checkpoint."""
+
+    def __init__(self, output_dir: str | Path, resume_after_step: int | None = None) -> None:
+        self.path = Path(output_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_after_step is None:
+            self.path.write_text("")
+        elif self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_after_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, step: int, metrics: dict[str, float]) -> None:
+        """Append one step."""
+        record = {"step": step, **{key: _json_number(value) for key, value in metrics.items()}}
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every logged step, in order."""
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value

@@ -1,0 +1,281 @@
+"""The PPO-family training loop, read top to bottom like the seed's pseudo-code.
+
+Per step: generate (n per prompt) -> reward -> reference log-probs -> values -> advantages (on the
+driver) -> update critic -> update actor -> metrics. Each phase is one call on a worker group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
+from rlhfctl.models.loading import load_tokenizer
+from rlhfctl.protocol import DataProto
+from rlhfctl.trace import TraceRecorder
+from rlhfctl.trainer import checkpoint
+from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
+from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
+from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or reward became NaN or infinite; the last good checkpoint is kept."""
+
+
+class PhaseTimer:
+    """Wall-clock seconds per phase of a step, reported as ``time/<phase>``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{phase}": seconds for phase, seconds in self.seconds.items()}
+
+
+class PPOTrainer:
+    """Drives the role worker groups through PPO-family training steps."""
+
+    def __init__(self, cfg: DictConfig, reporter: Any, groups: RoleGroups | None = None) -> None:
+        self.cfg = cfg
+        self.reporter = reporter
+        self.output_dir = Path(cfg.trainer.output_dir)
+        for module in cfg.algorithm.import_modules or []:
+            importlib.import_module(module)  # custom advantage estimators register themselves on import
+        self.tokenizer = load_tokenizer(OmegaConf.to_container(cfg.roles.actor.model, resolve=True),
+                                        trust_remote_code=bool(cfg.roles.actor.model.trust_remote_code))
+        self.train_data = build_dataset(cfg, self.tokenizer, "train")
+        if self.train_data is None:
+            raise ValueError("data: set data.train_files or data.task so there are prompts to train on")
+        self.val_data = build_dataset(cfg, self.tokenizer, "val") if cfg.trainer.val_every else None
+        self.batcher = make_batcher(self.train_data, cfg)
+        kl = cfg.algorithm.kl
+        self.kl_controller = build_kl_controller(kl.controller, kl.coef, kl.target, kl.horizon)
+        self.groups = groups or build_role_groups(cfg, call_timeout_s=cfg.trainer.call_timeout_s)
+        self.actor = self.groups["actor"]
+        self.reward = self.groups["reward"]
+        self.critic = self.groups.get("critic")
+        lora_reference = cfg.roles.actor.lora is not None and self.groups.get("reference") is None
+        self.reference = self.actor if lora_reference else self.groups.get("reference")
+        self.start_step = 0
+        self.trace = TraceRecorder() if cfg.trainer.trace else None
+        if self.trace is not None:
+            for group in self.groups.all():
+                group.observers.append(self.trace)
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        """Build every role's model (in parallel), then resume if the recipe asks to."""
+        futures = [group.submit("init_model") for group in self.groups.all()]
+        for future in futures:
+            future.get()
+        resume_from = self._resume_checkpoint()
+        if resume_from is not None:
+            self._load(resume_from)
+        self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
+        (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        """Run from ``start_step`` to ``trainer.total_steps``; returns the last step's metrics."""
+        cfg, total = self.cfg.trainer, self.cfg.trainer.total_steps
+        metrics: dict[str, float] = {}
+        for step in range(self.start_step + 1, total + 1):
+            self.reporter.step_started(step, total)
+            step_start = time.time()
+            metrics = self.train_step(step)
+            if self.trace is not None:
+                self.trace.record_step(step, step_start, time.time())
+                self.trace.drain_workers(self.groups.all())
+            if cfg.val_every and (step % cfg.val_every == 0 or step == total):
+                metrics.update(self.validate())
+            self.metrics_log.write(step, metrics)
+            self.reporter.step_finished(step, metrics)
+            if cfg.save_every and (step % cfg.save_every == 0 or step == total):
+                self.save(step)
+        return metrics
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One PPO-family step over ``trainer.batch_size`` prompts."""
+        timer = PhaseTimer()
+        step_start = time.perf_counter()
+        prompts = to_dataproto(next(self.batcher), self.tokenizer)
+        with timer("generate"):
+            batch = self.actor.generate_sequences(prompts)
+        with timer("reward_ref_values"):
+            batch = self._score(batch)
+        if self._needs_old_log_probs():
+            with timer("old_log_prob"):
+                batch = batch.union(self.actor.compute_log_prob(batch))
+        with timer("advantages"):
+            batch = self._advantages(batch, prompts)
+        metrics: dict[str, float] = {}
+        if self.critic is not None:
+            with timer("update_critic"):
+                metrics.update(mean_over_ranks(self.critic.update_critic(batch)))
+        if step > self.cfg.trainer.critic_warmup_steps:
+            with timer("update_actor"):
+                metrics.update(mean_over_ranks(self.actor.update_actor(batch)))
+        metrics.update(batch_metrics(batch))
+        metrics.update(timer.metrics())
+        metrics["time/step"] = time.perf_counter() - step_start
+        tokens = batch.batch["attention_mask"].sum().item()
+        metrics["perf/tokens_per_s"] = tokens / metrics["time/step"]
+        self._check_finite(step, metrics)
+        return metrics
+
+    # ------------------------------------------------------------------ phases
+    def _score(self, batch: DataProto) -> DataProto:
+        """Reward, reference log-probs and values: independent calls, in flight together."""
+        futures = [self.reward.submit("compute_rewards", batch)]
+        if self.reference is not None:
+            futures.append(self.reference.submit("compute_ref_log_prob", batch))
+        if self.critic is not None:
+            futures.append(self.critic.submit("compute_values", batch))
+        for future in futures:
+            batch = batch.union(future.get())
+        return batch
+
+    def _needs_old_log_probs(self) -> bool:
+        """A separate old-log-prob pass is redundant for a single on-policy epoch over one mini-batch."""
+        cfg = self.cfg
+        epochs = cfg.roles.actor.ppo_epochs or cfg.trainer.ppo_epochs
+        mini = cfg.roles.actor.mini_batch_size or cfg.trainer.mini_batch_size
+        return epochs > 1 or mini < cfg.trainer.batch_size or cfg.algorithm.kl.use_in_reward
+
+    def _advantages(self, batch: DataProto, prompts: DataProto) -> DataProto:
+        """KL-shaped rewards and advantages, computed on the driver with pure tensor functions."""
+        algo, kl = self.cfg.algorithm, self.cfg.algorithm.kl
+        mask = batch.batch["response_mask"]
+        rewards = batch.batch["token_level_scores"]
+        tensors: dict[str, Any] = {}
+        if kl.use_in_reward:
+            rewards, current_kl = apply_kl_penalty(rewards, batch.batch["old_log_probs"], batch.batch["ref_log_prob"],
+                                                   mask, self.kl_controller.value, kl.kind)
+            self.kl_controller.update(float(current_kl), n_steps=len(prompts))
+            tensors["token_level_rewards"] = rewards
+        baselines = self._remax_baselines(prompts) if algo.adv_estimator == "remax" else None
+        advantages, returns = compute_advantages(
+            algo.adv_estimator,
+            token_level_rewards=rewards,
+            response_mask=mask,
+            values=batch.batch.get("values"),
+            index=batch.non_tensor_batch["uid"],
+            reward_baselines=baselines,
+            gamma=algo.gamma,
+            lam=algo.lam,
+            norm_by_std=algo.norm_adv_by_std_in_grpo,
+        )
+        tensors.update(advantages=advantages, returns=returns)
+        return batch.union(DataProto.from_dict(tensors=tensors))
+
+    def _remax_baselines(self, prompts: DataProto) -> Any:
+        """ReMax's baseline: the reward of the greedy response to each prompt, one per sample."""
+        greedy_prompts = DataProto(prompts.batch, prompts.non_tensor_batch, {"do_sample": False, "n": 1})
+        greedy = self.actor.generate_sequences(greedy_prompts)
+        scores = self.reward.compute_rewards(greedy).batch["token_level_scores"].sum(-1)
+        return scores.repeat_interleave(self.cfg.rollout.n)
+
+    def validate(self) -> dict[str, float]:
+        """Greedy responses to the held-out prompts, scored by the reward role."""
+        rows = list(self.val_data)
+        scores = []
+        for start in range(0, len(rows), self.cfg.trainer.batch_size):
+            prompts = to_dataproto(rows[start:start + self.cfg.trainer.batch_size], self.tokenizer)
+            prompts.meta_info.update(do_sample=False, n=1)
+            scored = self.reward.compute_rewards(self.actor.generate_sequences(prompts))
+            scores.append(scored.batch["token_level_scores"].sum(-1))
+        values = np.concatenate([s.numpy() for s in scores])
+        return {"val/reward/mean": float(values.mean()), "val/samples": float(len(values))}
+
+    def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
+        bad = first_non_finite(metrics, ("reward/mean", "actor/pg_loss", "critic/vf_loss", "actor/grad_norm"))
+        if bad is not None:
+            phase = bad.split("/")[0]
+            raise TrainingDiverged(
+                f"step {step}: {bad} is {metrics[bad]} (phase: {phase}); stopping. The last good checkpoint "
+                f"in {checkpoint.checkpoint_root(self.output_dir)} is kept; lower the learning rate or check the reward."
+            )
+
+    # ------------------------------------------------------------------ checkpoints
+    def _trainable_groups(self) -> list:
+        return [group for group in (self.actor, self.critic) if group is not None]
+
+    def save(self, step: int) -> Path:
+        """An atomic checkpoint of every trainable role and the driver's own state."""
+        state = {
+            "step": step,
+            "batcher": self.batcher.state_dict(),
+            "kl_controller": self.kl_controller.state_dict(),
+        }
+
+        def save_roles(directory: Path) -> None:
+            for group in self._trainable_groups():
+                group.save_checkpoint(str(directory))
+
+        path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
+        self.reporter.message(f"saved checkpoint {path}")
+        return path
+
+    def _resume_checkpoint(self) -> Path | None:
+        resume = str(self.cfg.trainer.resume)
+        if resume == "never":
+            return None
+        if resume == "auto":
+            return checkpoint.read_latest(self.output_dir)
+        path = Path(resume)
+        if not (path / checkpoint.STATE_FILE).exists():
+            raise FileNotFoundError(f"trainer.resume: {path} is not a checkpoint directory (no {checkpoint.STATE_FILE})")
+        return path
+
+    def _load(self, path: Path) -> None:
+        state = checkpoint.load_driver_state(path)
+        for group in self._trainable_groups():
+            group.load_checkpoint(str(path))
+        self.batcher.load_state_dict(state["batcher"])
+        self.kl_controller.load_state_dict(state["kl_controller"])
+        self.start_step = int(state["step"])
+        self.reporter.message(f"resumed from {path} at step {self.start_step}")
+
+    def write_trace(self) -> Path | None:
+        """Write ``trace.json`` when tracing is on; returns its path."""
+        return self.trace.write(self.output_dir) if self.trace is not None else None
+
+    def shutdown(self) -> None:
+        """Stop the worker processes."""
+        self.groups.shutdown()
+
+
+def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:
+    """First and last ``window`` steps' mean reward, for the end-of-run summary."""
+    records = metrics_log.read()
+    rewards = [r["reward/mean"] for r in records if isinstance(r.get("reward/mean"), (int, float))]
+    if not rewards:
+        return {"steps": len(records)}
+    first, last = rewards[:window], rewards[-window:]
+    return {
+        "steps": len(records),
+        "reward/first_mean": sum(first) / len(first),
+        "reward/last_mean": sum(last) / len(last),
+        "time/step_mean": sum(r.get("time/step", math.nan) for r in records) / len(records),
+        "metrics_file": str(metrics_log.path),
+    }
+
+
+def dump_json(path: Path, value: Any) -> None:
+    """Write a JSON file (used for run summaries)."""
+    path.write_text(json.dumps(value, indent=1))

@@ -1,0 +1,62 @@
+"""Prompts for training and validation, from the recipe's data files or a bundled task, as DataProtos."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from rlhfctl.data import PromptBatcher, PromptDataset, collate_prompts, load_records
+from rlhfctl.protocol import DataProto
+from rlhfctl.tasks import get_task
+
+
+def _records(cfg: DictConfig, split: str) -> tuple[list[dict[str, Any]], str] | None:
+    files = cfg.data.train_files if split == "train" else cfg.data.val_files
+    if files:
+        files = [files] if isinstance(files, str) else list(files)
+        return [record for path in files for record in load_records(path)], ", ".join(map(str, files))
+    if cfg.data.task:
+        count = cfg.data.num_train if split == "train" else cfg.data.num_val
+        # Different seeds keep validation prompts apart from training prompts.
+        seed = cfg.trainer.seed if split == "train" else cfg.trainer.seed + 1_000_003
+        return get_task(cfg.data.task).make_prompts(count, seed), f"task '{cfg.data.task}' ({split})"
+    return None
+
+
+def build_dataset(cfg: DictConfig, tokenizer: Any, split: str) -> PromptDataset | None:
+    """The prompts of ``split`` (train or val), or None when the recipe has none for it."""
+    found = _records(cfg, split)
+    if found is None:
+        return None
+    records, source = found
+    return PromptDataset(
+        records,
+        prompt_key=cfg.data.prompt_key,
+        tokenizer=tokenizer,
+        max_prompt_length=cfg.data.max_prompt_length,
+        overlong=cfg.data.overlong,
+        apply_chat_template=cfg.data.apply_chat_template,
+        source=source,
+    )
+
+
+_uid_counter = itertools.count()
+
+
+def to_dataproto(rows: list, tokenizer: Any) -> DataProto:
+    """Collate rows into a DataProto: left-padded prompts, a ``uid`` per prompt, and the extra columns."""
+    collated = collate_prompts(rows, tokenizer)
+    non_tensors = {name: values for name, values in collated.columns.items()}
+    non_tensors["uid"] = np.array([f"p{next(_uid_counter)}" for _ in rows], dtype=object)
+    return DataProto.from_dict(
+        tensors={"input_ids": collated.input_ids, "attention_mask": collated.attention_mask},
+        non_tensors=non_tensors,
+    )
+
+
+def make_batcher(dataset: PromptDataset, cfg: DictConfig) -> PromptBatcher:
+    """Endless, resumable batches of ``trainer.batch_size`` prompts."""
+    return PromptBatcher(dataset, cfg.trainer.batch_size, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle)

@@ -1,0 +1,91 @@
+"""Turn a recipe's pools and roles into worker groups: colocated roles share one process per rank."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlhfctl.single_controller import (
+    LocalWorkerGroup,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    WorkerGroup,
+)
+
+ROLE_NAMES = ("actor", "reference", "critic", "reward")
+
+
+def import_worker_class(dotted: str, key_path: str) -> type:
+    """Import ``package.module.ClassName`` named at ``key_path`` in the recipe."""
+    module_name, _, class_name = dotted.rpartition(".")
+    if not module_name:
+        raise ImportError(f"{key_path}: '{dotted}' is not a dotted path like workers.actor.ActorWorker")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, class_name)
+    except AttributeError:
+        raise ImportError(f"{key_path}: module '{module_name}' has no class '{class_name}'") from None
+
+
+@dataclass
+class RoleGroups:
+    """The worker group of each declared role, plus the pools they run on (for shutdown)."""
+
+    groups: dict[str, WorkerGroup]
+    pools: list[Any] = field(default_factory=list)
+
+    def get(self, role: str) -> WorkerGroup | None:
+        return self.groups.get(role)
+
+    def __getitem__(self, role: str) -> WorkerGroup:
+        return self.groups[role]
+
+    def all(self) -> list[WorkerGroup]:
+        return list(self.groups.values())
+
+    def shutdown(self) -> None:
+        """Stop every worker process and release the placement groups."""
+        for group in self.groups.values():
+            try:
+                group.shutdown()
+            except Exception:  # noqa: BLE001 - best effort at shutdown
+                pass
+        for pool in self.pools:
+            release = getattr(pool, "release", None)
+            if release is not None:
+                release()
+
+
+def declared_roles(cfg: DictConfig) -> dict[str, DictConfig]:
+    """Roles that the recipe declares (non-null), in pipeline order."""
+    return {name: cfg.roles[name] for name in ROLE_NAMES if cfg.roles.get(name) is not None}
+
+
+def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> RoleGroups:
+    """Create the pools and one group per role; roles sharing a pool are colocated."""
+    recipe = OmegaConf.to_container(cfg, resolve=True)
+    roles = declared_roles(cfg)
+    by_pool: dict[str, dict[str, Any]] = {}
+    for role, role_cfg in roles.items():
+        cls = import_worker_class(role_cfg.worker, f"roles.{role}.worker")
+        by_pool.setdefault(role_cfg.pool, {})[role] = RayClassWithInitArgs(cls, recipe, role)
+    groups: dict[str, WorkerGroup] = {}
+    pools: list[Any] = []
+    local = cfg.ray.backend == "local"
+    for pool_name, role_specs in by_pool.items():
+        pool_cfg = cfg.resource_pools[pool_name]
+        pool = RayResourcePool(
+            list(pool_cfg.process_on_nodes),
+            use_gpu=bool(pool_cfg.use_gpu),
+            max_colocate_count=int(pool_cfg.max_colocate_count),
+            name=pool_name,
+            num_cpus_per_process=pool_cfg.get("num_cpus_per_process"),
+        )
+        pools.append(pool)
+        factory = LocalWorkerGroup if local else RayWorkerGroup
+        groups.update(factory.create_colocated(pool, role_specs, call_timeout_s=call_timeout_s))
+    return RoleGroups(groups=groups, pools=pools)

@@ -1,0 +1,65 @@
+"""Run a training job: start or join Ray, build the trainer, fit, and always clean up what was started."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlhfctl.ray_cluster import start_or_join_ray
+from rlhfctl.trace import summarize_trace
+from rlhfctl.trainer.ppo_trainer import PPOTrainer, summarize
+
+
+class _SilentReporter:
+    """Used when the caller passes no reporter (library use, tests)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
+    """Train as the recipe says; returns a summary (first/last mean reward, steps, metrics file)."""
+    reporter = reporter or _SilentReporter()
+    session = None
+    if cfg.ray.backend == "ray":
+        session = start_or_join_ray(
+            address=cfg.ray.address,
+            num_cpus=cfg.ray.num_cpus,
+            num_gpus=cfg.ray.num_gpus,
+            dashboard=bool(cfg.ray.dashboard),
+        )
+    trainer = None
+    try:
+        trainer = PPOTrainer(cfg, reporter)
+        for group in trainer.groups.all():
+            group.observers.append(_DispatchForwarder(reporter))
+        reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
+                              "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
+        trainer.setup()
+        trainer.fit()
+        summary = summarize(trainer.metrics_log)
+        trace_path = trainer.write_trace()
+        if trace_path is not None:
+            summary["trace"] = summarize_trace(trace_path)
+            summary["trace_file"] = str(trace_path)
+        reporter.run_finished(summary)
+        return summary
+    finally:
+        if trainer is not None:
+            trainer.shutdown()
+        if session is not None:
+            session.shutdown()
+
+
+class _DispatchForwarder:
+    """Passes group-call events to the reporter (the live per-dispatch view)."""
+
+    def __init__(self, reporter: Any) -> None:
+        self.reporter = reporter
+
+    def call_started(self, event: Any) -> None:
+        self.reporter.dispatch_started(event)
+
+    def call_finished(self, event: Any) -> None:
+        self.reporter.dispatch_finished(event)

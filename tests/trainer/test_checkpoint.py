@@ -1,0 +1,64 @@
+"""Atomic checkpoints and the metrics log's resume behaviour."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlhfctl.trainer import checkpoint
+from rlhfctl.trainer.metrics import MetricsLog, first_non_finite, mean_over_ranks
+
+
+def _write_role(directory, value):
+    (directory / "actor").mkdir()
+    (directory / "actor" / "weights.txt").write_text(value)
+
+
+def test_save_renames_into_place_and_points_latest_at_it(tmp_path):
+    path = checkpoint.save_checkpoint(tmp_path, 3, {"step": 3}, lambda d: _write_role(d, "w3"))
+    assert path == tmp_path / "checkpoints" / "step_3"
+    assert (path / "actor" / "weights.txt").read_text() == "w3"
+    assert checkpoint.read_latest(tmp_path) == path
+    assert checkpoint.load_driver_state(path) == {"step": 3}
+    assert not list((tmp_path / "checkpoints").glob("*.tmp"))
+
+
+def test_a_crash_during_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    checkpoint.save_checkpoint(tmp_path, 1, {"step": 1}, lambda d: _write_role(d, "w1"))
+
+    def crash(directory):
+        _write_role(directory, "half")
+        raise KeyboardInterrupt("killed mid-save")
+
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save_checkpoint(tmp_path, 2, {"step": 2}, crash)
+    latest = checkpoint.read_latest(tmp_path)
+    assert latest.name == "step_1"
+    assert (latest / "actor" / "weights.txt").read_text() == "w1"
+
+
+def test_keep_last_prunes_old_checkpoints(tmp_path):
+    for step in range(1, 5):
+        checkpoint.save_checkpoint(tmp_path, step, {"step": step}, lambda d: _write_role(d, "w"), keep_last=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.is_dir())
+    assert names == ["step_3", "step_4"]
+
+
+def test_metrics_log_on_resume_drops_steps_after_the_checkpoint(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in range(1, 6):
+        log.write(step, {"reward/mean": float(step)})
+    resumed = MetricsLog(tmp_path, resume_after_step=3)
+    resumed.write(4, {"reward/mean": 40.0})
+    steps = [record["step"] for record in resumed.read()]
+    assert steps == [1, 2, 3, 4]
+    assert resumed.read()[-1]["reward/mean"] == 40.0
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
+
+
+def test_metric_helpers():
+    assert mean_over_ranks([{"a": 1.0}, {"a": 3.0}]) == {"a": 2.0}
+    assert mean_over_ranks({"a": 1}) == {"a": 1.0}
+    assert first_non_finite({"x": 1.0, "y": float("nan")}, ("x", "y")) == "y"
+    assert first_non_finite({"x": 1.0}, ("x", "z")) is None

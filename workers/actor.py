@@ -1,0 +1,236 @@
+"""ActorWorker: the policy. Samples rollouts, scores its own log-probs and takes PPO steps."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from rlhfctl.algorithms import agg_loss, kl_penalty, ppo_policy_loss
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Dispatch, Execute, register
+from workers.generation import SamplingParams, generate_batch
+from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
+from workers.lora import adapter_disabled, apply_lora, is_lora, merged_copy
+from workers.recipe import (
+    ACTOR_DEFAULTS,
+    kl_config,
+    model_config,
+    optim_config,
+    role_config,
+    rollout_config,
+    samples_per_rank,
+    trainer_config,
+)
+from workers.seeding import make_generator
+from workers.trainable import TrainableRoleWorker
+from workers.training import (
+    allreduce_mean,
+    build_optimizer,
+    build_scheduler,
+    check_same_across_ranks,
+    optimize_on_batch,
+    wrap_ddp,
+)
+
+__all__ = ["ActorWorker"]
+
+_UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
+_OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob")
+
+
+class ActorWorker(TrainableRoleWorker):
+    """The policy role: ``generate_sequences``, ``compute_log_prob``, ``update_actor`` and checkpoints.
+
+    With ``roles.actor.lora`` set, only the adapter trains and ``compute_ref_log_prob`` gives the
+    reference log-probs from the same weights with the adapter switched off (no reference role needed).
+    """
+
+    default_role = "actor"
+    counter_names = ("generate_calls", "update_calls")
+
+    def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
+        super().__init__(recipe, role)
+        self.config = role_config(self.recipe, self.role, ACTOR_DEFAULTS)
+        self.model_cfg = model_config(self.recipe, self.role)
+        self.optim_cfg = optim_config(self.recipe, self.role)
+        self.rollout = rollout_config(self.recipe)
+        self.kl = kl_config(self.recipe)
+        self.generate_calls = 0
+        self.update_calls = 0
+
+    # ------------------------------------------------------------------ set-up
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build tokenizer, model (plus LoRA adapter), DDP wrapper, optimizer and LR scheduler."""
+        from rlhfctl.models.loading import load_causal_lm, load_tokenizer
+
+        self._setup_process(distributed=True)
+        trust = bool(self.model_cfg["trust_remote_code"])
+        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
+        model = load_causal_lm(
+            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
+        )
+        if self.model_cfg["gradient_checkpointing"]:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if self.config.get("lora"):
+            model = apply_lora(model, self.config["lora"], seed=self.seed)
+        self.module = model.to(self.device)
+        self.model = wrap_ddp(self.module, self.device)
+        self.optimizer = build_optimizer(self.module, self.optim_cfg)
+        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    # ------------------------------------------------------------------ rollout and scoring
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sample ``rollout.n`` responses per left-padded prompt row (meta_info may override sampling)."""
+        self._require_model()
+        params = SamplingParams.from_config(self.rollout, prompts.meta_info)
+        generator = make_generator(self.device, self.seed, self.rank, "generate", self.generate_calls)
+        self.generate_calls += 1
+        self.module.eval()
+        return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Log-probs and entropies of ``responses`` under the current policy: ``old_log_probs``, ``entropys``."""
+        self._require_model()
+        self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
+        self.module.eval()
+        log_probs, entropy = response_log_probs(
+            self.module,
+            data.batch,
+            device=self.device,
+            micro_batch_size=self.config["micro_batch_size"],
+            temperature=self._temperature(data),
+        )
+        return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Reference log-probs (``ref_log_prob``) with the LoRA adapter disabled; LoRA actors only."""
+        self._require_model()
+        if not is_lora(self.module):
+            raise RuntimeError(
+                f"{self.role}.compute_ref_log_prob works only with a LoRA actor (roles.{self.role}.lora set), "
+                "where the base weights are the reference; otherwise run a ReferenceWorker (roles.reference)"
+            )
+        self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
+        self.module.eval()
+        with adapter_disabled(self.module):
+            log_probs, _ = response_log_probs(
+                self.module,
+                data.batch,
+                device=self.device,
+                micro_batch_size=self.config["micro_batch_size"],
+                temperature=self._temperature(data),
+                with_entropy=False,
+            )
+        return DataProto.from_dict({"ref_log_prob": log_probs})
+
+    def _temperature(self, data: DataProto) -> float:
+        value = data.meta_info.get("temperature", self.rollout["temperature"])
+        return float(value) if value is not None else 1.0
+
+    # ------------------------------------------------------------------ training
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def update_actor(self, data: DataProto) -> dict[str, float]:
+        """PPO epochs over shuffled mini-batches (micro-batched, grad-accumulated, clipped); returns
+        rank-averaged metrics ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``,
+        ``actor/ppo_kl``, ``actor/entropy``, ``actor/kl_loss`` (with the KL loss), ``actor/grad_norm``, ``actor/lr``.
+
+        Without ``old_log_probs`` the batch is taken as on-policy: the detached log-probs of the
+        current weights serve as the old ones. That saves the separate ``compute_log_prob`` pass and
+        is exact only when every sample is used once, before any optimizer step (``ppo_epochs == 1``
+        and a single mini-batch); any other setting raises instead of silently biasing the update.
+        """
+        self._require_model()
+        self._require_keys(data, _UPDATE_KEYS, "update_actor")
+        batch = {key: data.batch[key] for key in _UPDATE_KEYS + _OPTIONAL_KEYS if key in data.batch}
+        if "position_ids" not in batch:
+            batch["position_ids"] = position_ids_from_mask(batch["attention_mask"])
+        rows = len(data)
+        check_same_across_ranks(rows, "the number of rows in update_actor", self.device)
+        epochs = max(1, int(self.config["ppo_epochs"] or 1))
+        mini_rows = samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, rows)
+        on_policy = "old_log_probs" not in batch
+        if on_policy and (epochs > 1 or mini_rows < rows):
+            raise ValueError(
+                "update_actor got no old_log_probs, which is only valid on-policy (ppo_epochs == 1 and one "
+                f"mini-batch); here ppo_epochs={epochs} and mini-batches of {mini_rows} of {rows} rows per rank. "
+                "Call compute_log_prob first and add its old_log_probs to the batch."
+            )
+        use_kl = bool(self.kl["use_kl_loss"])
+        if use_kl and "ref_log_prob" not in batch:
+            raise KeyError("algorithm.kl.use_kl_loss is on, so update_actor needs tensor 'ref_log_prob'")
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.model.train()
+        loss_fn = functools.partial(self._policy_loss, on_policy=on_policy, use_kl=use_kl, temperature=self._temperature(data))
+        metrics = optimize_on_batch(
+            batch,
+            model=self.model,
+            optimizer=self.optimizer,
+            loss_fn=loss_fn,
+            device=self.device,
+            epochs=epochs,
+            mini_batch_rows=mini_rows,
+            micro_batch_rows=self.config["micro_batch_size"],
+            grad_clip=self.optim_cfg["grad_clip"],
+            generator=make_generator("cpu", self.seed, self.rank, "update", self.update_calls),
+        )
+        self.scheduler.step()
+        self.update_calls += 1
+        named = {f"actor/{key}": value for key, value in metrics.items()}
+        named["actor/lr"] = lr
+        return allreduce_mean(named, self.device)
+
+    def _policy_loss(
+        self, micro: dict[str, torch.Tensor], *, on_policy: bool, use_kl: bool, temperature: float
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        config = self.config
+        coeff = float(config["entropy_coeff"] or 0.0)
+        agg = str(config["loss_agg_mode"])
+        log_probs, entropy = sequence_log_probs(
+            self.model, micro, temperature=temperature, with_entropy=True, entropy_grad=coeff != 0.0
+        )
+        mask = micro["response_mask"]
+        old = log_probs.detach() if on_policy else micro["old_log_probs"].to(log_probs.dtype)
+        clip_c = config.get("clip_ratio_c")
+        pg_loss, pg_metrics = ppo_policy_loss(
+            old,
+            log_probs,
+            micro["advantages"].to(log_probs.dtype),
+            mask,
+            float(config["clip_ratio_low"]),
+            float(config["clip_ratio_high"]),
+            float(clip_c) if clip_c is not None else None,
+            agg,
+        )
+        entropy_loss = agg_loss(entropy, mask, agg)
+        loss = pg_loss - coeff * entropy_loss
+        metrics = {
+            "pg_loss": pg_loss.detach(),
+            "pg_clipfrac": pg_metrics["clipfrac"],
+            "pg_clipfrac_lower": pg_metrics["clipfrac_lower"],
+            "ppo_kl": pg_metrics["ppo_kl"],
+            "entropy": entropy_loss.detach(),
+        }
+        if use_kl:
+            kl = kl_penalty(log_probs, micro["ref_log_prob"].to(log_probs.dtype), str(self.kl["loss_kind"]))
+            kl_loss = agg_loss(kl, mask, agg)
+            loss = loss + float(self.kl["loss_coef"]) * kl_loss
+            metrics["kl_loss"] = kl_loss.detach()
+        return loss, metrics
+
+    # ------------------------------------------------------------------ export
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def export_hf(self, directory: str) -> str:
+        """Write a plain Hugging Face model directory (LoRA merged into a copy) with the tokenizer."""
+        from rlhfctl.models.loading import save_hf_model
+
+        self._require_model()
+        model = merged_copy(self.module) if is_lora(self.module) else self.module
+        return str(save_hf_model(model, self.tokenizer, os.path.expanduser(str(directory))))

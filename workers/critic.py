@@ -1,0 +1,149 @@
+"""CriticWorker: the value model of PPO. Predicts per-token values and fits them to the returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlhfctl.algorithms import value_loss
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Dispatch, register
+from workers.log_probs import position_ids_from_mask
+from workers.recipe import (
+    CRITIC_DEFAULTS,
+    model_config,
+    optim_config,
+    role_config,
+    rollout_config,
+    samples_per_rank,
+    trainer_config,
+)
+from workers.seeding import make_generator
+from workers.trainable import TrainableRoleWorker
+from workers.training import (
+    allreduce_mean,
+    build_optimizer,
+    build_scheduler,
+    check_same_across_ranks,
+    optimize_on_batch,
+    wrap_ddp,
+)
+
+__all__ = ["CriticWorker", "response_values"]
+
+_UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "returns", "values")
+
+
+def response_values(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Values (B, R) at the response positions: the value for token t is read at position P + t - 1."""
+    from rlhfctl.models.loading import token_values
+
+    response_length = batch["responses"].shape[1]
+    position_ids = batch.get("position_ids")
+    if position_ids is None:
+        position_ids = position_ids_from_mask(batch["attention_mask"])
+    values = token_values(model, batch["input_ids"], batch["attention_mask"], position_ids)
+    return values[:, -response_length - 1 : -1].float()
+
+
+class CriticWorker(TrainableRoleWorker):
+    """The critic role: ``compute_values``, ``update_critic`` and checkpoints.
+
+    Its model is ``roles.critic.model``, or a value model built from the actor's model section
+    (same architecture or weights, plus a fresh one-output head) when that is null.
+    """
+
+    default_role = "critic"
+    counter_names = ("update_calls",)
+
+    def __init__(self, recipe: Mapping[str, Any], role: str = "critic") -> None:
+        super().__init__(recipe, role)
+        self.config = role_config(self.recipe, self.role, CRITIC_DEFAULTS)
+        self.model_cfg = model_config(self.recipe, self.role, fallback="actor")
+        self.optim_cfg = optim_config(self.recipe, self.role)
+        self.rollout = rollout_config(self.recipe)
+        self.update_calls = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build tokenizer, value model, DDP wrapper, optimizer and LR scheduler."""
+        from rlhfctl.models.loading import load_token_value_model, load_tokenizer
+
+        self._setup_process(distributed=True)
+        trust = bool(self.model_cfg["trust_remote_code"])
+        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
+        model = load_token_value_model(
+            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
+        )
+        if self.model_cfg["gradient_checkpointing"]:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.module = model.to(self.device)
+        self.model = wrap_ddp(self.module, self.device)
+        self.optimizer = build_optimizer(self.module, self.optim_cfg)
+        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """Per-token values of the responses, zero past the response mask: ``values`` (B, R)."""
+        self._require_model()
+        self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_values")
+        self.module.eval()
+        keys = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key in data.batch]
+        rows = len(data)
+        step = int(self.config["micro_batch_size"] or rows)
+        parts = []
+        with torch.no_grad():
+            for start in range(0, rows, step):
+                micro = {key: data.batch[key][start : start + step].to(self.device) for key in keys}
+                parts.append(response_values(self.module, micro).cpu())
+        values = torch.cat(parts)
+        if "response_mask" in data.batch:
+            values = values * data.batch["response_mask"].to(values.dtype)
+        return DataProto.from_dict({"values": values})
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def update_critic(self, data: DataProto) -> dict[str, float]:
+        """Clipped value-loss epochs over mini-batches; returns rank-averaged ``critic/vf_loss``,
+        ``critic/vf_clipfrac``, ``critic/vpred_mean``, ``critic/grad_norm``, ``critic/lr``."""
+        self._require_model()
+        self._require_keys(data, _UPDATE_KEYS, "update_critic")
+        batch = {key: data.batch[key] for key in _UPDATE_KEYS + ("position_ids",) if key in data.batch}
+        if "position_ids" not in batch:
+            batch["position_ids"] = position_ids_from_mask(batch["attention_mask"])
+        rows = len(data)
+        check_same_across_ranks(rows, "the number of rows in update_critic", self.device)
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.model.train()
+        metrics = optimize_on_batch(
+            batch,
+            model=self.model,
+            optimizer=self.optimizer,
+            loss_fn=self._value_loss,
+            device=self.device,
+            epochs=max(1, int(self.config["ppo_epochs"] or 1)),
+            mini_batch_rows=samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, rows),
+            micro_batch_rows=self.config["micro_batch_size"],
+            grad_clip=self.optim_cfg["grad_clip"],
+            generator=make_generator("cpu", self.seed, self.rank, "critic-update", self.update_calls),
+        )
+        self.scheduler.step()
+        self.update_calls += 1
+        named = {f"critic/{key}": value for key, value in metrics.items()}
+        named["critic/lr"] = lr
+        return allreduce_mean(named, self.device)
+
+    def _value_loss(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        predictions = response_values(self.model, micro)
+        clip = self.config.get("cliprange_value")
+        loss, metrics = value_loss(
+            predictions,
+            micro["values"].to(predictions.dtype),
+            micro["returns"].to(predictions.dtype),
+            micro["response_mask"],
+            float(clip) if clip is not None else None,
+            str(self.config["loss_agg_mode"]),
+        )
+        return loss, {"vf_loss": loss.detach(), **metrics}

@@ -1,0 +1,213 @@
+"""The sampling loop: KV-cached decoding with temperature / top-k / top-p, and the rollout DataProto.
+
+Each prompt row is repeated ``n`` times (its samples consecutive), decoded until every sequence has
+produced an EOS token or ``max_new_tokens`` is reached, and the responses are right-padded with the
+pad id to exactly ``max_new_tokens`` columns so every rank returns the same width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlhfctl.protocol import DataProto
+from workers.forward import cache_from, lm_forward
+from workers.log_probs import position_ids_from_mask
+
+__all__ = ["SamplingParams", "eos_token_ids", "filter_logits", "generate_batch", "sample_responses"]
+
+_OVERRIDABLE = ("n", "do_sample", "temperature", "max_new_tokens", "top_p", "top_k")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one rollout (``rollout`` section, optionally overridden by a batch's meta_info)."""
+
+    n: int = 4
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    do_sample: bool = True
+
+    @classmethod
+    def from_config(cls, rollout: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> "SamplingParams":
+        """Build from a ``rollout`` mapping, then apply any of n/do_sample/temperature/max_new_tokens/top_p/top_k."""
+        params = cls(
+            n=int(rollout["n"]),
+            max_new_tokens=int(rollout["max_new_tokens"]),
+            temperature=float(rollout["temperature"]),
+            top_p=float(rollout["top_p"]),
+            top_k=int(rollout["top_k"] or 0),
+            do_sample=bool(rollout["do_sample"]),
+        )
+        changes = {key: (overrides or {})[key] for key in _OVERRIDABLE if (overrides or {}).get(key) is not None}
+        params = replace(params, **changes)
+        params = replace(
+            params,
+            n=int(params.n),
+            max_new_tokens=int(params.max_new_tokens),
+            temperature=float(params.temperature),
+            top_p=float(params.top_p),
+            top_k=int(params.top_k),
+            do_sample=bool(params.do_sample),
+        )
+        if params.n < 1:
+            raise ValueError(f"rollout.n must be >= 1, got {params.n}")
+        if params.max_new_tokens < 1:
+            raise ValueError(f"rollout.max_new_tokens must be >= 1, got {params.max_new_tokens}")
+        if not 0.0 < params.top_p <= 1.0:
+            raise ValueError(f"rollout.top_p must be in (0, 1], got {params.top_p}")
+        return params
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoding takes the arg-max token."""
+        return not self.do_sample or self.temperature <= 0.0
+
+
+def eos_token_ids(tokenizer: Any, model: nn.Module | None = None) -> list[int]:
+    """The tokenizer's EOS id plus any the model's generation config lists."""
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    generation_config = getattr(model, "generation_config", None)
+    extra = getattr(generation_config, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, Iterable):
+        ids.update(int(i) for i in extra)
+    if not ids:
+        raise ValueError("the tokenizer defines no EOS token; generation could never stop early")
+    return sorted(ids)
+
+
+def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Scale by 1/temperature, keep the ``top_k`` largest (0 = all) and the smallest set of tokens
+    whose probability mass reaches ``top_p``; removed tokens get ``-inf``."""
+    logits = logits / max(temperature, 1e-6)
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        remove = mass_before >= top_p
+        remove[..., 0] = False
+        sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return logits
+
+
+def _next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    logits = logits.float()
+    if params.greedy:
+        return logits.argmax(dim=-1)
+    filtered = filter_logits(logits, params.temperature, params.top_k, params.top_p)
+    probs = torch.softmax(filtered, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def sample_responses(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    params: SamplingParams,
+    *,
+    eos_ids: list[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode from left-padded prompts; returns ``responses`` (B, max_new_tokens) padded with
+    ``pad_id`` after the first EOS, and ``response_mask`` (1 up to and including that EOS)."""
+    rows = input_ids.shape[0]
+    device = input_ids.device
+    eos = torch.tensor(eos_ids, device=device)
+    mask = attention_mask.to(device)
+    positions = position_ids_from_mask(mask)
+    output = lm_forward(model, input_ids, mask, positions, use_cache=True, logits_to_keep=1)
+    next_position = positions[:, -1:] + 1
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    tokens, valid = [], []
+    for step in range(params.max_new_tokens):
+        chosen = _next_tokens(output.logits[:, -1, :], params, generator)
+        chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
+        tokens.append(chosen)
+        valid.append(~finished)
+        finished = finished | torch.isin(chosen, eos)
+        if bool(finished.all()) or step == params.max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
+        output = lm_forward(
+            model, chosen.unsqueeze(-1), mask, next_position, cache=cache_from(output), use_cache=True, logits_to_keep=1
+        )
+        next_position = next_position + 1
+    responses = torch.full((rows, params.max_new_tokens), pad_id, dtype=input_ids.dtype, device=device)
+    response_mask = torch.zeros((rows, params.max_new_tokens), dtype=attention_mask.dtype, device=device)
+    responses[:, : len(tokens)] = torch.stack(tokens, dim=1)
+    response_mask[:, : len(valid)] = torch.stack(valid, dim=1).to(attention_mask.dtype)
+    return responses, response_mask
+
+
+def _repeat_columns(prompts: DataProto, n: int) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
+    expanded = prompts.repeat(n, interleave=True) if n > 1 else prompts
+    return dict(expanded.batch), dict(expanded.non_tensor_batch)
+
+
+def generate_batch(
+    model: nn.Module,
+    tokenizer: Any,
+    prompts: DataProto,
+    params: SamplingParams,
+    *,
+    device: torch.device,
+    generator: torch.Generator | None = None,
+) -> DataProto:
+    """Sample ``params.n`` responses per prompt row and build the rollout DataProto (see docs/workers.md)."""
+    for key in ("input_ids", "attention_mask"):
+        if key not in prompts.batch:
+            raise KeyError(f"generate_sequences needs tensor '{key}' (left-padded prompts); got {prompts.keys()}")
+    tensors, non_tensors = _repeat_columns(prompts, params.n)
+    prompt_ids = tensors.pop("input_ids")
+    prompt_mask = tensors.pop("attention_mask")
+    tensors.pop("position_ids", None)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_token_ids(tokenizer, model)[0]
+    responses, response_mask = sample_responses(
+        model,
+        prompt_ids.to(device),
+        prompt_mask.to(device),
+        params,
+        eos_ids=eos_token_ids(tokenizer, model),
+        pad_id=int(pad_id),
+        generator=generator,
+    )
+    responses, response_mask = responses.cpu(), response_mask.cpu()
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    lengths = response_mask.sum(dim=-1).tolist()
+    texts = [
+        tokenizer.decode(row[:length].tolist(), skip_special_tokens=True) for row, length in zip(responses, lengths)
+    ]
+    tensors.update(
+        {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids_from_mask(attention_mask),
+        }
+    )
+    response_text = np.empty(len(texts), dtype=object)
+    response_text[:] = texts
+    non_tensors["response_text"] = response_text
+    # The sampling temperature travels on, so later log-prob passes score the same distribution.
+    meta_info = {**prompts.meta_info, "temperature": params.temperature}
+    return DataProto(batch=tensors, non_tensor_batch=non_tensors, meta_info=meta_info)

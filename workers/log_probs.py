@@ -1,0 +1,86 @@
+"""Log-probabilities (and entropies) of the response tokens from one forward pass over prompt + response.
+
+With ``P`` prompt columns and ``R`` response columns, the token at response position ``t`` is
+predicted by the logits at sequence position ``P + t - 1``. Logits are divided by the sampling
+temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from rlhfctl.algorithms import entropy_from_logits
+from workers.forward import lm_forward
+
+__all__ = ["position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions for left-padded rows: cumulative sum of the mask minus one, clamped at 0."""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def sequence_log_probs(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    entropy_grad: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (B, R) of ``batch['responses']`` and their entropies (or None); keeps the graph.
+
+    ``batch`` holds ``input_ids``, ``attention_mask``, ``responses`` and optionally ``position_ids``
+    (computed from the mask when absent), all on the model's device. With ``entropy_grad=False``
+    the entropy is computed from detached logits (a metric only, no graph kept for it).
+    """
+    responses = batch["responses"]
+    response_length = responses.shape[1]
+    attention_mask = batch["attention_mask"]
+    position_ids = batch.get("position_ids")
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
+    output = lm_forward(
+        model,
+        batch["input_ids"],
+        attention_mask,
+        position_ids,
+        use_cache=False,
+        logits_to_keep=response_length + 1,
+    )
+    logits = output.logits[:, -response_length - 1 : -1].float()
+    if temperature and temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, responses.long().unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return log_probs, entropy
+
+
+@torch.no_grad()
+def response_log_probs(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    *,
+    device: torch.device,
+    micro_batch_size: int | None = None,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`sequence_log_probs` without gradients, in micro-batches; results on the CPU."""
+    rows = batch["responses"].shape[0]
+    step = rows if not micro_batch_size else max(1, int(micro_batch_size))
+    keys = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key in batch]
+    log_prob_parts, entropy_parts = [], []
+    for start in range(0, rows, step):
+        micro = {key: batch[key][start : start + step].to(device) for key in keys}
+        log_probs, entropy = sequence_log_probs(model, micro, temperature=temperature, with_entropy=with_entropy)
+        log_prob_parts.append(log_probs.cpu())
+        if entropy is not None:
+            entropy_parts.append(entropy.cpu())
+    entropy_all = torch.cat(entropy_parts) if with_entropy else None
+    return torch.cat(log_prob_parts), entropy_all

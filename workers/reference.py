@@ -1,0 +1,60 @@
+"""ReferenceWorker: the frozen reference policy that the KL terms compare against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Dispatch, register
+from workers.log_probs import response_log_probs
+from workers.recipe import model_config, role_config, rollout_config
+from workers.role import RoleWorker
+
+__all__ = ["ReferenceWorker"]
+
+
+class ReferenceWorker(RoleWorker):
+    """Frozen copy of the initial policy: ``roles.reference.model``, else the actor's model section
+    (an inline config is built with ``trainer.seed``, so it starts identical to the actor)."""
+
+    default_role = "reference"
+
+    def __init__(self, recipe: Mapping[str, Any], role: str = "reference") -> None:
+        super().__init__(recipe, role)
+        self.config = role_config(self.recipe, self.role, {"micro_batch_size": None})
+        self.model_cfg = model_config(self.recipe, self.role, fallback="actor")
+        self.rollout = rollout_config(self.recipe)
+        self.model: nn.Module | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build the tokenizer and the frozen model (eval mode, no gradients)."""
+        from rlhfctl.models.loading import load_causal_lm, load_tokenizer
+
+        self._setup_process(distributed=False)
+        trust = bool(self.model_cfg["trust_remote_code"])
+        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
+        model = load_causal_lm(
+            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
+        )
+        model.requires_grad_(False)
+        self.model = model.to(self.device).eval()
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Log-probs of ``responses`` under the reference policy: ``ref_log_prob`` (B, R)."""
+        self._require_model()
+        self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
+        temperature = data.meta_info.get("temperature", self.rollout["temperature"])
+        log_probs, _ = response_log_probs(
+            self.model,
+            data.batch,
+            device=self.device,
+            micro_batch_size=self.config["micro_batch_size"],
+            temperature=float(temperature) if temperature is not None else 1.0,
+            with_entropy=False,
+        )
+        return DataProto.from_dict({"ref_log_prob": log_probs})

@@ -1,0 +1,156 @@
+"""RewardWorker: scores responses with a reward function or a sequence-classification model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Dispatch, register
+from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
+from workers.reward_functions import ON_ERROR_POLICIES, RewardFunctionError, call_reward_function, load_reward_function
+from workers.role import RoleWorker
+
+__all__ = ["INTERNAL_COLUMNS", "RewardWorker", "place_scores"]
+
+INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "score", "reward_error"})
+"""Non-tensor columns not passed to reward functions (the rest go in as keyword lists)."""
+
+
+def place_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """(B, R) zeros with each score at the last valid response token (column 0 for an empty response)."""
+    rows, width = response_mask.shape
+    last = (response_mask.long().sum(dim=-1) - 1).clamp(min=0, max=max(width - 1, 0))
+    placed = torch.zeros(rows, width, dtype=torch.float32)
+    placed[torch.arange(rows), last] = scores.float()
+    return placed
+
+
+class RewardWorker(RoleWorker):
+    """Reward role: ``roles.reward.function`` (``module:function`` or ``file.py:function``), or
+    ``roles.reward.model`` (a sequence classifier), or else the bundled ``data.task``'s reward."""
+
+    default_role = "reward"
+
+    def __init__(self, recipe: Mapping[str, Any], role: str = "reward") -> None:
+        super().__init__(recipe, role)
+        self.config = role_config(self.recipe, self.role, REWARD_DEFAULTS)
+        if self.config["on_error"] not in ON_ERROR_POLICIES:
+            raise ValueError(f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}")
+        self.function: Callable[..., Any] | None = None
+        self.function_name = ""
+        self.model: nn.Module | None = None
+        self.model_tokenizer: Any = None
+        self._ready = False
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the reward function, or the reward model and its tokenizer."""
+        self._setup_process(distributed=False)
+        spec = self.config.get("function")
+        if spec:
+            self.function = load_reward_function(spec)
+            self.function_name = str(spec)
+        elif self.config.get("model"):
+            self._load_model()
+        else:
+            task = section(self.recipe, "data").get("task")
+            if not task:
+                raise RewardFunctionError(
+                    f"roles.{self.role} needs 'function' ('module:function' or 'path/to/file.py:function') "
+                    "or 'model' (a sequence-classification reward model), or data.task for a bundled task"
+                )
+            from rlhfctl.tasks import get_task
+
+            self.function = get_task(str(task)).score
+            self.function_name = f"task {task!r}"
+        self._ready = True
+
+    def _load_model(self) -> None:
+        from rlhfctl.models.loading import load_sequence_classifier, load_tokenizer
+
+        model_cfg = model_config(self.recipe, self.role)
+        trust = bool(model_cfg["trust_remote_code"])
+        self.model_tokenizer = load_tokenizer(model_cfg, trust_remote_code=trust)
+        self.model_tokenizer.padding_side = "right"
+        model = load_sequence_classifier(
+            model_cfg, self.model_tokenizer, dtype=model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
+        )
+        model.requires_grad_(False)
+        self.model = model.to(self.device).eval()
+
+    def _policy_tokenizer(self) -> Any:
+        """The actor's tokenizer, loaded on first use, to decode prompts/responses given only as ids."""
+        if self.tokenizer is None:
+            from rlhfctl.models.loading import load_tokenizer
+
+            actor_model = model_config(self.recipe, "actor")
+            self.tokenizer = load_tokenizer(actor_model, trust_remote_code=bool(actor_model["trust_remote_code"]))
+        return self.tokenizer
+
+    def _texts(self, data: DataProto, column: str, tensor: str, mask: torch.Tensor | None) -> list[str]:
+        if column in data.non_tensor_batch:
+            return [str(text) for text in data.non_tensor_batch[column].tolist()]
+        if tensor not in data.batch:
+            raise KeyError(f"compute_rewards needs non-tensor '{column}' or tensor '{tensor}'; got {data.keys()}")
+        ids = data.batch[tensor]
+        if mask is None:
+            mask = torch.ones_like(ids)
+        tokenizer = self._policy_tokenizer()
+        return [tokenizer.decode(row[keep.bool()].tolist(), skip_special_tokens=True) for row, keep in zip(ids, mask)]
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def compute_rewards(self, data: DataProto) -> DataProto:
+        """``token_level_scores`` (B, R) with the score at the last valid response token, plus
+        non-tensor ``score`` (float) and ``reward_error`` (True where on_error=zero replaced a failure);
+        ``meta_info['reward/errors']`` counts those on this rank."""
+        if not self._ready:
+            raise RuntimeError(f"{type(self).__name__} ({self.role}): call init_model() first")
+        self._require_keys(data, ("responses",), "compute_rewards")
+        responses = data.batch["responses"]
+        response_mask = data.batch.get("response_mask")
+        if response_mask is None:
+            response_mask = data.batch["attention_mask"][:, -responses.shape[1] :]
+        prompt_mask = None
+        if "prompts" in data.batch and "attention_mask" in data.batch:
+            prompt_mask = data.batch["attention_mask"][:, : data.batch["prompts"].shape[1]]
+        prompts = self._texts(data, "prompt_text", "prompts", prompt_mask)
+        texts = self._texts(data, "response_text", "responses", response_mask)
+        if self.function is not None:
+            columns = {
+                key: values.tolist() for key, values in data.non_tensor_batch.items() if key not in INTERNAL_COLUMNS
+            }
+            scores, errored = call_reward_function(
+                self.function,
+                self.function_name,
+                prompts,
+                texts,
+                columns,
+                batch_size=self.config["batch_size"],
+                on_error=str(self.config["on_error"]),
+            )
+        else:
+            scores, errored = self._model_scores(prompts, texts), [False] * len(texts)
+        score_tensor = torch.tensor(scores, dtype=torch.float32)
+        return DataProto.from_dict(
+            tensors={"token_level_scores": place_scores(score_tensor, response_mask)},
+            non_tensors={"score": np.asarray(scores, dtype=np.float64), "reward_error": np.asarray(errored, dtype=bool)},
+            meta_info={"reward/errors": int(sum(errored))},
+        )
+
+    @torch.no_grad()
+    def _model_scores(self, prompts: list[str], responses: list[str]) -> list[float]:
+        """Sequence-classifier score of prompt + response, read at the last non-pad token."""
+        texts = [prompt + response for prompt, response in zip(prompts, responses)]
+        step = int(self.config["batch_size"] or len(texts) or 1)
+        scores: list[float] = []
+        for start in range(0, len(texts), step):
+            encoded = self.model_tokenizer(texts[start : start + step], padding=True, return_tensors="pt")
+            encoded = {key: value.to(self.device) for key, value in encoded.items() if key in ("input_ids", "attention_mask")}
+            logits = self.model(**encoded).logits
+            scores.extend(logits[:, 0].float().cpu().tolist())
+        return scores

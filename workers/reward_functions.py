@@ -1,0 +1,154 @@
+"""User reward functions: load ``module:function`` / ``file.py:function`` and call them safely.
+
+The contract (see :mod:`rlhfctl.tasks.reward_fn`)::
+
+    fn(prompts: list[str], responses: list[str], **columns: list) -> list[float]
+
+Loading problems and exceptions raised inside the function become :class:`RewardFunctionError`;
+a return value that breaks the contract (wrong length, non-numbers, NaN/inf) is a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+__all__ = ["ON_ERROR_POLICIES", "RewardFunctionError", "call_reward_function", "load_reward_function"]
+
+ON_ERROR_POLICIES = ("raise", "zero")
+
+
+class RewardFunctionError(RuntimeError):
+    """A reward function could not be loaded, or raised while scoring."""
+
+
+def _looks_like_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target or os.sep in target
+
+
+def _import_file(path_text: str, spec_text: str) -> ModuleType:
+    path = os.path.abspath(os.path.expanduser(path_text))
+    if not os.path.isfile(path):
+        raise RewardFunctionError(
+            f"reward function file {path_text!r} (from {spec_text!r}) not found; relative paths are resolved "
+            f"from the current directory {os.getcwd()!r}"
+        )
+    digest = hashlib.sha1(path.encode()).hexdigest()[:12]
+    name = f"rlhfctl_user_reward_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise RewardFunctionError(f"cannot load {path_text!r} as a Python module (from {spec_text!r})")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[name]
+        raise RewardFunctionError(
+            f"importing reward function file {path_text!r} (from {spec_text!r}) failed: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    return module
+
+
+def _import_module(module_name: str, spec_text: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as error:
+        raise RewardFunctionError(
+            f"cannot import module {module_name!r} for reward function {spec_text!r}: {type(error).__name__}: {error}"
+        ) from error
+
+
+def load_reward_function(spec: str) -> Callable[..., Any]:
+    """Resolve ``"package.module:function"`` or ``"path/to/file.py:function"`` (relative to the cwd)."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise RewardFunctionError(
+            f"roles.reward.function must be 'package.module:function' or 'path/to/file.py:function', got {spec!r}"
+        )
+    target, _, attribute = spec.rpartition(":")
+    target, attribute = target.strip(), attribute.strip()
+    if not target or not attribute.isidentifier():
+        raise RewardFunctionError(
+            f"roles.reward.function {spec!r} is malformed: expected 'package.module:function' or "
+            "'path/to/file.py:function'"
+        )
+    module = _import_file(target, spec) if _looks_like_file(target) else _import_module(target, spec)
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise RewardFunctionError(f"{target!r} has no attribute {attribute!r} (roles.reward.function = {spec!r})")
+    if not callable(function):
+        raise RewardFunctionError(f"{spec!r} is a {type(function).__name__}, not a callable reward function")
+    return function
+
+
+def _as_scores(result: Any, name: str, start: int, count: int) -> list[float]:
+    if hasattr(result, "tolist") and callable(result.tolist):
+        result = result.tolist()
+    if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
+        raise ValueError(
+            f"reward function {name} returned a {type(result).__name__}; it must return a list of {count} floats"
+        )
+    if len(result) != count:
+        raise ValueError(f"reward function {name} returned {len(result)} scores for {count} samples")
+    scores = []
+    for offset, value in enumerate(result):
+        try:
+            score = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"reward function {name} returned a non-number ({value!r}) for sample {start + offset}"
+            ) from None
+        if not math.isfinite(score):
+            raise ValueError(f"reward function {name} returned a non-finite score ({score}) for sample {start + offset}")
+        scores.append(score)
+    return scores
+
+
+def call_reward_function(
+    function: Callable[..., Any],
+    name: str,
+    prompts: list[str],
+    responses: list[str],
+    columns: Mapping[str, list[Any]],
+    *,
+    batch_size: int | None = None,
+    on_error: str = "raise",
+) -> tuple[list[float], list[bool]]:
+    """Score samples in chunks of ``batch_size`` (None = all at once); returns (scores, errored).
+
+    An exception inside ``function`` raises :class:`RewardFunctionError` naming the chunk's sample
+    range (``on_error="raise"``), or scores the chunk 0.0 and flags it (``on_error="zero"``).
+    """
+    if on_error not in ON_ERROR_POLICIES:
+        raise ValueError(f"roles.reward.on_error must be one of {ON_ERROR_POLICIES}, got {on_error!r}")
+    total = len(responses)
+    step = total if not batch_size else max(1, int(batch_size))
+    scores: list[float] = []
+    errored: list[bool] = []
+    for start in range(0, total, step):
+        stop = min(total, start + step)
+        chunk_columns = {key: list(values[start:stop]) for key, values in columns.items()}
+        try:
+            result = function(prompts=list(prompts[start:stop]), responses=list(responses[start:stop]), **chunk_columns)
+        except Exception as error:
+            if on_error == "zero":
+                scores.extend([0.0] * (stop - start))
+                errored.extend([True] * (stop - start))
+                continue
+            raise RewardFunctionError(
+                f"reward function {name} raised {type(error).__name__}: {error} (samples {start}..{stop - 1} "
+                f"of {total})"
+            ) from error
+        scores.extend(_as_scores(result, name, start, stop - start))
+        errored.extend([False] * (stop - start))
+    return scores, errored

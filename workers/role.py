@@ -1,0 +1,56 @@
+"""RoleWorker: what every role worker shares: its recipe, role name, device, seed and process set-up."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Worker
+from workers.recipe import plain, trainer_config, uses_gpu
+from workers.seeding import derive_seed, seed_everything
+
+__all__ = ["RoleWorker"]
+
+
+class RoleWorker(Worker):
+    """Base of the built-in role workers: constructed as ``Cls(recipe, role)``.
+
+    ``recipe`` is the whole resolved recipe as a plain dict; the worker reads ``recipe["roles"][role]``
+    plus the shared sections it needs. Models are built later, in ``init_model``.
+    """
+
+    default_role = "worker"
+
+    def __init__(self, recipe: Mapping[str, Any], role: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(recipe, Mapping):
+            raise TypeError(f"{type(self).__name__} takes the recipe as a mapping, got {type(recipe).__name__}")
+        self.recipe: dict[str, Any] = plain(recipe)
+        self.role = role or self.default_role
+        self.seed = int(trainer_config(self.recipe)["seed"])
+        self.device = torch.device("cuda") if uses_gpu(self.recipe, self.role) else torch.device("cpu")
+        self.tokenizer: Any = None
+
+    def _setup_process(self, distributed: bool) -> None:
+        """Check the device, seed the global RNGs and, for DDP roles with world_size > 1, join the group."""
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"role '{self.role}' runs in a resource pool with use_gpu: true, but this process sees no CUDA "
+                "device; set use_gpu: false or run on a GPU node"
+            )
+        seed_everything(derive_seed(self.seed, self.rank, self.role))
+        if distributed and self.world_size > 1:
+            self.init_distributed(backend="nccl" if self.device.type == "cuda" else "gloo")
+
+    def _require_model(self, attribute: str = "model") -> None:
+        if getattr(self, attribute, None) is None:
+            raise RuntimeError(f"{type(self).__name__} ({self.role}): call init_model() first")
+
+    @staticmethod
+    def _require_keys(data: DataProto, keys: tuple[str, ...], method: str) -> None:
+        missing = [key for key in keys if key not in data.batch]
+        if missing:
+            raise KeyError(f"{method} needs tensors {missing}; the batch has {sorted(data.batch)}")
