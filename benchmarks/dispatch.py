@@ -246,7 +246,7 @@ def print_table(report: dict[str, Any], plain: bool) -> None:
         table.add_column(header, justify="left" if i == 0 else "right")
     for row in table_rows(report):
         table.add_row(*row)
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 120).print(table)
 
 
 def parse_sizes(text: str) -> list[float]:

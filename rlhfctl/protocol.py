@@ -7,13 +7,15 @@ A DataProto holds three things that share the batch dimension:
 - ``meta_info``: a plain dict that is not split (it travels whole to every shard).
 
 Across Ray it pickles its tensors as numpy arrays, which Ray's object store ships as out-of-band
-buffers: a worker reads them without a copy. Such tensors are views of read-only shared memory, so
-workers must not modify received tensors in place (``clone()`` first); every DataProto method here
-returns new objects and never mutates its inputs.
+buffers (no torch.save, no pickling of tensor storage). The receiver copies each buffer once out of
+shared memory so in-place edits stay private; ``RLHFCTL_ZERO_COPY=1`` skips that copy for workers
+that never write in place. Every DataProto method here returns new objects and never mutates its
+inputs.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -32,14 +34,18 @@ def _as_object_array(values: Sequence[Any]) -> np.ndarray:
     return out
 
 
+_PRIMITIVES = (bool, int, float, str)
+
+
 def _to_numpy(value: Any) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, (list, tuple)):
-        array = np.asarray(value) if value and not isinstance(value[0], (list, tuple, dict)) else None
-        if array is None or array.dtype == object or array.ndim != 1:
-            return _as_object_array(value)
-        return array
+        kinds = {type(item) for item in value}
+        # Lists of one primitive type become typed arrays; anything mixed or nested stays one object per row.
+        if len(kinds) == 1 and kinds.pop() in _PRIMITIVES:
+            return np.asarray(value)
+        return _as_object_array(value)
     raise TypeError(f"non-tensor values must be numpy arrays or lists, got {type(value).__name__}")
 
 
@@ -54,9 +60,18 @@ def _tensor_to_numpy(tensor: torch.Tensor) -> tuple[str, np.ndarray]:
     return str(tensor.dtype).removeprefix("torch."), tensor.numpy()
 
 
+# Arrays read from Ray's object store are views of shared memory that torch cannot protect: an
+# in-place write would change what every other reader of the same object sees. By default a
+# receiver therefore copies them once (a memcpy); RLHFCTL_ZERO_COPY=1 keeps the shared views for
+# workers known never to write in place.
+ZERO_COPY = os.environ.get("RLHFCTL_ZERO_COPY", "0") == "1"
+
+
 def _numpy_to_tensor(dtype_name: str, array: np.ndarray) -> torch.Tensor:
+    if not array.flags.writeable and not ZERO_COPY:
+        array = array.copy()
     with warnings.catch_warnings():
-        # Arrays from Ray's object store are read-only views; torch warns but shares the memory.
+        # Zero-copy views are read-only numpy arrays; torch warns but shares the memory.
         warnings.simplefilter("ignore", UserWarning)
         tensor = torch.from_numpy(array)
     if dtype_name == "bfloat16":
@@ -122,15 +137,21 @@ class DataProto:
         """Rows by int, slice, index list/array or boolean mask; always a DataProto."""
         if isinstance(index, str):
             raise TypeError(f"use .batch['{index}'] or .non_tensor_batch['{index}'] to read a column")
+        if isinstance(index, (np.integer, torch.Tensor, np.ndarray)) and np.ndim(index) == 0:
+            index = int(index)
         if isinstance(index, int):
             size = len(self)
             if not -size <= index < size:
                 raise IndexError(f"row {index} out of range for a DataProto of {size} rows")
             index = slice(index, index + 1 if index != -1 else None)
         if isinstance(index, slice):
+            if index.step is not None and index.step < 0:
+                return self[np.arange(len(self))[index]]
             return self._take_slice(index)
-        positions = torch.as_tensor(np.asarray(index))
+        positions = torch.as_tensor(np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index))
         if positions.dtype == torch.bool:
+            if positions.numel() != len(self):
+                raise IndexError(f"boolean mask of length {positions.numel()} for a DataProto of {len(self)} rows")
             positions = positions.nonzero().flatten()
         positions = positions.long()
         numpy_positions = positions.numpy()
@@ -267,14 +288,12 @@ class DataProto:
             raise ValueError("cannot pad an empty DataProto")
         pad = (-size) % divisor
         if pad == 0:
-            return self, 0
+            return self._take_slice(slice(None)), 0
         positions = np.concatenate([np.arange(size), np.arange(pad) % size])
         return self[positions], pad
 
     def unpad(self, pad: int) -> "DataProto":
         """Drop the last ``pad`` rows added by pad_to_divisor."""
-        if pad == 0:
-            return self
         return self._take_slice(slice(0, len(self) - pad))
 
     # ------------------------------------------------------------------ misc

@@ -14,12 +14,16 @@ class RaySession:
 
     started_here: bool
     address: str | None
+    connected_here: bool = True
 
     def shutdown(self) -> None:
-        """Disconnect; a cluster started here goes down with it, a joined one stays up."""
+        """Disconnect; a cluster started here goes down with it, a joined one stays up.
+
+        A session that found Ray already initialised by its caller leaves that connection alone.
+        """
         import ray
 
-        if ray.is_initialized():
+        if self.connected_here and ray.is_initialized():
             ray.shutdown()
 
     def __enter__(self) -> "RaySession":
@@ -44,7 +48,7 @@ def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, n
     address = address or os.environ.get("RAY_ADDRESS") or None
     env = dict(env_vars or {})
     if ray.is_initialized():
-        return RaySession(started_here=False, address=address)
+        return RaySession(started_here=False, address=address, connected_here=False)
     if address:
         ray.init(address=address, runtime_env={"env_vars": env} if env else None, logging_level="WARNING",
                  log_to_driver=True)

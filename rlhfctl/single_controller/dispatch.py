@@ -74,7 +74,8 @@ def _resolve_on_driver(value: Any) -> Any:
 
 def _whole_value_ref(future: GroupFuture) -> ShardRef:
     """A ref that makes a rank fetch every output of ``future`` and collect it, as the driver would."""
-    return ShardRef(parts=[(ref, None) for ref in future.handles], collect=future.collect, source=future.describe)
+    collect = future.plain_collect or future.collect
+    return ShardRef(parts=[(ref, None) for ref in future.handles], collect=collect, source=future.describe)
 
 
 def _per_rank(values: list, world_size: int) -> list:

@@ -99,6 +99,8 @@ class GroupFuture:
     collect: Callable[[list], Any]
     ranks: list[int]
     layout: RowLayout | None = None
+    plain_collect: Callable[[list], Any] | None = None
+    """The collect function without driver-side reporting: what a rank runs when it takes the whole result."""
     _result: Any = field(default=None, repr=False)
     _done: bool = field(default=False, repr=False)
 

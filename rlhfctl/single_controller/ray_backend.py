@@ -10,7 +10,7 @@ from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError,
 from rlhfctl.single_controller.host import ClassWithInitArgs, WorkerHost, torch_threads_for
 from rlhfctl.single_controller.resource_pool import RayResourcePool
 from rlhfctl.single_controller.worker import RankInfo
-from rlhfctl.single_controller.worker_group import WorkerGroup
+from rlhfctl.single_controller.worker_group import WorkerGroup, payload_bytes
 
 BUILD_TIMEOUT_S = 600.0
 _POLL_S = 0.5
@@ -25,11 +25,13 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         self.env_vars: dict[str, str] = {}
         self.num_cpus: float | None = None
         self.num_gpus: float | None = None
+        self.num_threads: int | None = None
 
     def with_options(self, env_vars: dict[str, str] | None = None, num_cpus: float | None = None,
-                     num_gpus: float | None = None) -> "RayClassWithInitArgs":
-        """Set environment variables and CPU/GPU requests for this role's processes; returns self."""
+                     num_gpus: float | None = None, num_threads: int | None = None) -> "RayClassWithInitArgs":
+        """Set environment variables, CPU/GPU requests and torch threads for this role's processes; returns self."""
         self.env_vars.update(env_vars or {})
+        self.num_threads = num_threads if num_threads is not None else self.num_threads
         self.num_cpus = num_cpus if num_cpus is not None else self.num_cpus
         self.num_gpus = num_gpus if num_gpus is not None else self.num_gpus
         return self
@@ -64,9 +66,11 @@ def _spawn_hosts(pool: RayResourcePool, roles: dict[str, ClassWithInitArgs], nam
     placement_groups = pool.placement_groups()
     env_vars: dict[str, str] = {}
     resources = pool.actor_resources()
+    num_threads = None
     for spec in roles.values():
         if isinstance(spec, RayClassWithInitArgs):
             env_vars.update(spec.env_vars)
+            num_threads = spec.num_threads or num_threads
             if spec.num_cpus is not None:
                 resources["num_cpus"] = spec.num_cpus
             if spec.num_gpus is not None:
@@ -80,23 +84,18 @@ def _spawn_hosts(pool: RayResourcePool, roles: dict[str, ClassWithInitArgs], nam
         handles.append(
             remote_host.options(scheduling_strategy=strategy, name=None, max_concurrency=1, **resources).remote(env_vars)
         )
-    try:
-        master_addr, master_port = ray.get(handles[0].rendezvous_address.remote(), timeout=BUILD_TIMEOUT_S)
-    except ray.exceptions.GetTimeoutError:
-        for handle in handles:
-            ray.kill(handle)
-        raise WorkerTimeoutError(name, "__init__", BUILD_TIMEOUT_S, list(range(len(handles)))) from None
-    build_refs = []
-    for rank, (node_index, local_rank, local_count) in enumerate(pool.rank_layout()):
-        info = RankInfo(rank, pool.world_size, local_rank, local_count, master_addr, master_port)
-        threads = torch_threads_for(local_count * max(1, len(roles)) if pool.use_gpu else local_count)
-        build_refs.append(handles[rank].build.remote(info, roles, threads))
     hosts = _RayHosts(handles, [])
+    worker_class = ", ".join(spec.cls.__name__ for spec in roles.values())
     try:
-        hosts.pids = _wait_for(build_refs, list(range(len(handles))), name, "__init__", BUILD_TIMEOUT_S,
-                               worker_class=", ".join(spec.cls.__name__ for spec in roles.values()))
-    except Exception:
-        hosts.kill()
+        master_addr, master_port = _wait_for([handles[0].rendezvous_address.remote()], [0], name, "__init__",
+                                             BUILD_TIMEOUT_S, worker_class)[0]
+        build_refs = []
+        for rank, (node_index, local_rank, local_count) in enumerate(pool.rank_layout()):
+            info = RankInfo(rank, pool.world_size, local_rank, local_count, master_addr, master_port)
+            build_refs.append(handles[rank].build.remote(info, roles, num_threads or torch_threads_for(local_count)))
+        hosts.pids = _wait_for(build_refs, list(range(len(handles))), name, "__init__", BUILD_TIMEOUT_S, worker_class)
+    except BaseException:
+        hosts.kill()  # never leave half-started actors behind
         raise
     return hosts
 
@@ -146,6 +145,32 @@ def _first_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
+_SHARED_PUT_MIN_BYTES = 100 * 1024
+
+
+def _put_shared_once(rank_args: list[tuple], rank_kwargs: list[dict]) -> tuple[list[tuple], list[dict]]:
+    """Put a large argument that every rank receives (ONE_TO_ALL) in the object store once, not per rank.
+
+    Ray resolves a top-level ObjectRef argument before the call, so the worker still gets the value.
+    """
+    import ray
+
+    first_args, first_kwargs = rank_args[0], rank_kwargs[0]
+    shared: dict[int, Any] = {}
+    for value in list(first_args) + list(first_kwargs.values()):
+        if id(value) in shared or payload_bytes(value) < _SHARED_PUT_MIN_BYTES:
+            continue
+        everywhere = all(any(v is value for v in args) or any(v is value for v in kwargs.values())
+                         for args, kwargs in zip(rank_args, rank_kwargs))
+        if everywhere:
+            shared[id(value)] = ray.put(value)
+    if not shared:
+        return rank_args, rank_kwargs
+    swap = lambda v: shared.get(id(v), v)  # noqa: E731 - tiny local mapping
+    return ([tuple(swap(v) for v in args) for args in rank_args],
+            [{k: swap(v) for k, v in kwargs.items()} for kwargs in rank_kwargs])
+
+
 class RayWorkerGroup(WorkerGroup):
     """A WorkerGroup whose ranks are Ray actors in a RayResourcePool."""
 
@@ -181,6 +206,8 @@ class RayWorkerGroup(WorkerGroup):
 
     def _launch(self, method: str, rank_args: list[tuple], rank_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         handles = self._hosts.handles
+        if len(ranks) > 1:
+            rank_args, rank_kwargs = _put_shared_once(rank_args, rank_kwargs)
         return [handles[rank].call.remote(self.role, method, *args, **kwargs)
                 for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
 

@@ -17,7 +17,7 @@ import torch
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller.decorator import DispatchSpec, Execute, registered_methods
-from rlhfctl.single_controller.dispatch import CallPlan, build_plan
+from rlhfctl.single_controller.dispatch import build_plan
 from rlhfctl.single_controller.futures import GroupFuture
 
 def payload_bytes(value: Any) -> int:
@@ -29,6 +29,11 @@ def payload_bytes(value: Any) -> int:
     if isinstance(value, np.ndarray) and value.dtype != object:
         return value.nbytes
     return 0
+
+
+def _first_output(outputs: list) -> Any:
+    """Execute.RANK_ZERO: the caller gets rank 0's result itself."""
+    return outputs[0]
 
 
 DEFAULT_CALL_TIMEOUT_S = float(os.environ.get("RLHFCTL_CALL_TIMEOUT_S", "1800"))
@@ -128,7 +133,10 @@ class WorkerGroup:
     def _call(self, method: str, args: tuple, kwargs: dict, force_future: bool) -> Any:
         spec = self.method_specs.get(method)
         if spec is None:
-            return getattr(self, method)  # raises the AttributeError listing the registered methods
+            raise AttributeError(
+                f"worker group '{self.role}' ({self.worker_cls.__name__}) has no registered method '{method}'; "
+                f"registered methods: {', '.join(sorted(self.method_specs)) or '(none)'}"
+            )
         started = time.time()
         plan = build_plan(self, spec.dispatch_mode, args, kwargs)
         ranks = [0] if spec.execute_mode is Execute.RANK_ZERO else list(range(self.world_size))
@@ -149,18 +157,19 @@ class WorkerGroup:
             observer.call_started(event)
         handles = self._launch(method, [plan.rank_args[r] for r in ranks], [plan.rank_kwargs[r] for r in ranks], ranks)
         event.dispatch_s = time.time() - started
+        plain_collect = plan.collect if spec.execute_mode is Execute.ALL else _first_output
         future = GroupFuture(
             group=self,
             method=method,
             handles=handles,
-            collect=self._collector(spec, plan, event),
+            collect=self._reporting(plain_collect, event),
             ranks=ranks,
             layout=plan.layout if spec.execute_mode is Execute.ALL else None,
+            plain_collect=plain_collect,
         )
         return future.get() if spec.blocking and not force_future else future
 
-    def _collector(self, spec: DispatchSpec, plan: CallPlan, event: DispatchEvent) -> Callable[[list], Any]:
-        collect = plan.collect if spec.execute_mode is Execute.ALL else (lambda outputs: outputs[0])
+    def _reporting(self, collect: Callable[[list], Any], event: DispatchEvent) -> Callable[[list], Any]:
         observers = self.observers
 
         def collect_and_report(outputs: list) -> Any:

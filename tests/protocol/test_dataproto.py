@@ -388,29 +388,44 @@ def test_to_moves_tensors_and_keeps_the_rest():
 
 
 # ---------------------------------------------------------------------------------- Ray
-def test_ray_round_trip_is_equal_and_zero_copy(ray_session):
-    import ray
-
+def _big_dataproto() -> DataProto:
     rows = 1 << 18
-    dp = DataProto.from_dict(
+    return DataProto.from_dict(
         tensors={"ids": torch.arange(rows * 4, dtype=torch.int64).reshape(rows, 4), "bf16": torch.randn(rows).bfloat16()},
         non_tensors={"score": np.arange(rows, dtype=np.float64), "small": [{"i": i % 7} for i in range(rows)]},
         meta_info={"step": 5},
     )
+
+
+def test_ray_round_trip_is_equal_and_in_place_edits_stay_private(ray_session):
+    import ray
+
+    dp = _big_dataproto()
     ref = ray.put(dp)
     first, second = ray.get(ref), ray.get(ref)
     assert first.equals(dp)
     assert first.batch["bf16"].dtype == torch.bfloat16
-    # Large buffers come straight from the shared-memory object store: two gets map the same memory,
-    # which is neither the sender's memory nor a private copy.
+    # By default the receiver copies out of shared memory once, so an in-place write is private.
+    assert first.batch["ids"].data_ptr() != second.batch["ids"].data_ptr()
+    first.batch["ids"].add_(1)
+    assert torch.equal(ray.get(ref).batch["ids"], dp.batch["ids"])
+
+
+def test_zero_copy_mode_maps_the_object_store_memory(ray_session, monkeypatch):
+    import ray
+
+    import rlhfctl.protocol
+
+    monkeypatch.setattr(rlhfctl.protocol, "ZERO_COPY", True)
+    dp = _big_dataproto()
+    ref = ray.put(dp)
+    first, second = ray.get(ref), ray.get(ref)
+    assert first.equals(dp)
+    # Two gets map the same shared memory, which is neither the sender's memory nor a private copy.
     assert first.batch["ids"].data_ptr() == second.batch["ids"].data_ptr()
     assert first.batch["ids"].data_ptr() != dp.batch["ids"].data_ptr()
     score = first.non_tensor_batch["score"]
     assert not score.flags.writeable and not score.flags.owndata
-    # Cloning gives a private, writable copy (what workers must do before in-place edits).
-    private = first.batch["ids"].clone()
-    private.add_(1)
-    assert torch.equal(ray.get(ref).batch["ids"], dp.batch["ids"])
 
 
 def test_ray_round_trip_of_small_and_empty_dataprotos(ray_session):

@@ -73,16 +73,24 @@ def test_local_future_passes_between_local_groups(echo_groups):
     assert out.batch["x"].tolist() == [10.0 * (i + 1) for i in range(5)]
 
 
-def test_tensors_received_by_a_worker_are_read_only_views_and_writes_fail_loudly(echo_groups):
+def test_in_place_writes_in_a_worker_stay_private_to_that_worker(echo_groups):
     group = echo_groups("ray", 2)
     big = DataProto.from_dict(tensors={"x": torch.zeros(40_000)}, non_tensors={"tag": np.zeros(40_000)})
-    from rlhfctl.single_controller import WorkerMethodError
-
-    # Large arrays arrive zero-copy from the object store; in-place writes must not corrupt shared memory.
-    try:
-        out = group.write_in_place(big)
-    except WorkerMethodError as error:
-        assert "write_in_place" in str(error)
-    else:
-        assert out.batch["x"].sum().item() == 40_000.0
+    source = echo_groups("ray", 2).add_one_later(big)
+    out = group.write_in_place(source)  # each rank adds 1 in place to what it received
+    assert out.batch["x"].sum().item() == 2 * 40_000.0
+    assert source.get().batch["x"].sum().item() == 40_000.0  # the shared object is unchanged
     assert big.batch["x"].sum().item() == 0.0
+
+
+def test_chaining_into_one_to_all_works_when_the_source_group_is_observed(echo_groups):
+    from rlhfctl.trace import TraceRecorder
+
+    source, target = echo_groups("ray", 2), echo_groups("ray", 3)
+    recorder = TraceRecorder()
+    source.observers.append(recorder)
+    try:
+        received = target.rank_and_arg(source.add_one_later(make_batch(3)))
+    finally:
+        source.observers.remove(recorder)
+    assert all(value.batch["x"].tolist() == [1.0, 2.0, 3.0] for _, value, _ in received)
