@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from rlhfctl.algorithms import explained_variance, masked_mean
@@ -38,6 +39,8 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics["critic/explained_variance"] = float(explained_variance(batch.batch["values"], batch.batch["returns"], mask))
     if "ref_log_prob" in batch.batch and "old_log_probs" in batch.batch:
         metrics["kl"] = masked_mean(batch.batch["old_log_probs"] - batch.batch["ref_log_prob"], mask).item()
+    if "reward_error" in batch.non_tensor_batch:
+        metrics["reward/errors"] = float(np.sum(batch.non_tensor_batch["reward_error"].astype(float)))
     if "entropys" in batch.batch:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
     return metrics

@@ -72,6 +72,8 @@ class PPOTrainer:
         lora_reference = cfg.roles.actor.lora is not None and self.groups.get("reference") is None
         self.reference = self.actor if lora_reference else self.groups.get("reference")
         self.start_step = 0
+        self.completed_step = 0
+        self.saved_step = 0
         self.trace = TraceRecorder() if cfg.trainer.trace else None
         if self.trace is not None:
             for group in self.groups.all():
@@ -104,6 +106,7 @@ class PPOTrainer:
             if cfg.val_every and (step % cfg.val_every == 0 or step == total):
                 metrics.update(self.validate())
             self.metrics_log.write(step, metrics)
+            self.completed_step = step
             self.reporter.step_finished(step, metrics)
             if cfg.save_every and (step % cfg.save_every == 0 or step == total):
                 self.save(step)
@@ -228,6 +231,7 @@ class PPOTrainer:
                 group.save_checkpoint(str(directory))
 
         path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
+        self.saved_step = step
         self.reporter.message(f"saved checkpoint {path}")
         return path
 
@@ -248,7 +252,7 @@ class PPOTrainer:
             group.load_checkpoint(str(path))
         self.batcher.load_state_dict(state["batcher"])
         self.kl_controller.load_state_dict(state["kl_controller"])
-        self.start_step = int(state["step"])
+        self.start_step = self.completed_step = self.saved_step = int(state["step"])
         self.reporter.message(f"resumed from {path} at step {self.start_step}")
 
     def write_trace(self) -> Path | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhfctl.single_controller.host import torch_threads_for
 from rlhfctl.single_controller import (
     LocalWorkerGroup,
     RayClassWithInitArgs,
@@ -65,14 +66,29 @@ def declared_roles(cfg: DictConfig) -> dict[str, DictConfig]:
     return {name: cfg.roles[name] for name in ROLE_NAMES if cfg.roles.get(name) is not None}
 
 
+def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig]) -> int | None:
+    """Torch threads per worker so every process on a single machine shares its cores without oversubscribing.
+
+    Counts the processes of every pool in use (each pool's first node holds its first processes);
+    None for clusters joined by address, where each node's own core count decides.
+    """
+    if cfg.ray.address:
+        return None
+    used_pools = {role_cfg.pool for role_cfg in roles.values()}
+    processes = sum(int(cfg.resource_pools[name].process_on_nodes[0]) for name in used_pools)
+    return torch_threads_for(processes)
+
+
 def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> RoleGroups:
     """Create the pools and one group per role; roles sharing a pool are colocated."""
     recipe = OmegaConf.to_container(cfg, resolve=True)
     roles = declared_roles(cfg)
     by_pool: dict[str, dict[str, Any]] = {}
+    threads = cpu_threads_per_process(cfg, roles)
     for role, role_cfg in roles.items():
         cls = import_worker_class(role_cfg.worker, f"roles.{role}.worker")
-        by_pool.setdefault(role_cfg.pool, {})[role] = RayClassWithInitArgs(cls, recipe, role)
+        spec = RayClassWithInitArgs(cls, recipe, role).with_options(num_threads=threads)
+        by_pool.setdefault(role_cfg.pool, {})[role] = spec
     groups: dict[str, WorkerGroup] = {}
     pools: list[Any] = []
     local = cfg.ray.backend == "local"

@@ -37,7 +37,11 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
         reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
                               "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
         trainer.setup()
-        trainer.fit()
+        try:
+            trainer.fit()
+        except KeyboardInterrupt:
+            _save_on_interrupt(trainer, cfg, reporter)
+            raise
         summary = summarize(trainer.metrics_log)
         trace_path = trainer.write_trace()
         if trace_path is not None:
@@ -50,6 +54,19 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
             trainer.shutdown()
         if session is not None:
             session.shutdown()
+
+
+def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Any) -> None:
+    """On Ctrl-C, checkpoint the last completed step (if asked and not saved yet), best effort."""
+    trainer.write_trace()
+    step = trainer.completed_step
+    if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
+        return
+    reporter.message(f"interrupted: saving step {step} before exiting")
+    try:
+        trainer.save(step)
+    except BaseException as error:  # noqa: BLE001 - workers may be gone already; keep the older checkpoint
+        reporter.message(f"could not save on interrupt ({type(error).__name__}: {error}); the previous checkpoint is kept")
 
 
 class _DispatchForwarder:
