@@ -76,8 +76,9 @@ class ActorWorker(TrainableRoleWorker):
         )
         if self.model_cfg["gradient_checkpointing"]:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if self.config.get("lora"):
-            model = apply_lora(model, self.config["lora"], seed=self.seed)
+        lora = self.config.get("lora")
+        if lora is not None and lora is not False:  # `lora: {}` or `lora: true` means the defaults
+            model = apply_lora(model, {} if lora is True else lora, seed=self.seed)
         self.module = model.to(self.device)
         self.model = wrap_ddp(self.module, self.device)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
@@ -168,7 +169,9 @@ class ActorWorker(TrainableRoleWorker):
             raise KeyError("algorithm.kl.use_kl_loss is on, so update_actor needs tensor 'ref_log_prob'")
         lr = float(self.scheduler.get_last_lr()[0])
         self.model.train()
-        loss_fn = functools.partial(self._policy_loss, on_policy=on_policy, use_kl=use_kl, temperature=self._temperature(data))
+        loss_fn = functools.partial(
+            self._policy_loss, on_policy=on_policy, use_kl=use_kl, temperature=self._temperature(data)
+        )
         metrics = optimize_on_batch(
             batch,
             model=self.model,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -28,12 +29,14 @@ def apply_lora(model: nn.Module, lora: Mapping[str, Any], seed: int) -> nn.Modul
         targets = [str(name) for name in targets]
     config = LoraConfig(
         r=int(settings["r"]),
-        lora_alpha=int(settings["alpha"]),
+        lora_alpha=settings["alpha"],
         lora_dropout=float(settings["dropout"]),
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # peft asks transformers about gradient checkpointing through a since-renamed property.
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         torch.manual_seed(seed)
         return get_peft_model(model, config)
 

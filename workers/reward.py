@@ -40,7 +40,9 @@ class RewardWorker(RoleWorker):
         super().__init__(recipe, role)
         self.config = role_config(self.recipe, self.role, REWARD_DEFAULTS)
         if self.config["on_error"] not in ON_ERROR_POLICIES:
-            raise ValueError(f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}")
+            raise ValueError(
+                f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}"
+            )
         self.function: Callable[..., Any] | None = None
         self.function_name = ""
         self.model: nn.Module | None = None
@@ -138,7 +140,10 @@ class RewardWorker(RoleWorker):
         score_tensor = torch.tensor(scores, dtype=torch.float32)
         return DataProto.from_dict(
             tensors={"token_level_scores": place_scores(score_tensor, response_mask)},
-            non_tensors={"score": np.asarray(scores, dtype=np.float64), "reward_error": np.asarray(errored, dtype=bool)},
+            non_tensors={
+                "score": np.asarray(scores, dtype=np.float64),
+                "reward_error": np.asarray(errored, dtype=bool),
+            },
             meta_info={"reward/errors": int(sum(errored))},
         )
 
@@ -150,7 +155,7 @@ class RewardWorker(RoleWorker):
         scores: list[float] = []
         for start in range(0, len(texts), step):
             encoded = self.model_tokenizer(texts[start : start + step], padding=True, return_tensors="pt")
-            encoded = {key: value.to(self.device) for key, value in encoded.items() if key in ("input_ids", "attention_mask")}
+            encoded = {key: encoded[key].to(self.device) for key in ("input_ids", "attention_mask")}
             logits = self.model(**encoded).logits
             scores.extend(logits[:, 0].float().cpu().tolist())
         return scores

@@ -109,7 +109,9 @@ def _as_scores(result: Any, name: str, start: int, count: int) -> list[float]:
                 f"reward function {name} returned a non-number ({value!r}) for sample {start + offset}"
             ) from None
         if not math.isfinite(score):
-            raise ValueError(f"reward function {name} returned a non-finite score ({score}) for sample {start + offset}")
+            raise ValueError(
+                f"reward function {name} returned a non-finite score ({score}) for sample {start + offset}"
+            )
         scores.append(score)
     return scores
 

@@ -44,6 +44,9 @@ class RoleWorker(Worker):
         seed_everything(derive_seed(self.seed, self.rank, self.role))
         if distributed and self.world_size > 1:
             self.init_distributed(backend="nccl" if self.device.type == "cuda" else "gloo")
+        if self.device.type == "cuda":
+            # Ray isolates one GPU per rank (device 0); init_distributed may have picked another.
+            self.device = torch.device("cuda", torch.cuda.current_device())
 
     def _require_model(self, attribute: str = "model") -> None:
         if getattr(self, attribute, None) is None:

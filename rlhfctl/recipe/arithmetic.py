@@ -7,7 +7,7 @@ from typing import Any
 
 from rlhfctl.recipe.dataflow import training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of
-from rlhfctl.recipe.report import Issue, error, warning
+from rlhfctl.recipe.report import Issue, error
 from rlhfctl.single_controller.futures import RowLayout
 
 __all__ = ["BatchTable", "ShardRow", "UpdateRow", "derive_batch_table"]
@@ -92,21 +92,17 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
 
 
 def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:
+    """Mini-batch = mini_batch_size prompts x n samples, split evenly over the ranks; micro-batches cut each rank's part."""
     section = cfg.roles[role]
-    issues: list[Issue] = []
+    n = int(cfg.rollout.n)
     mb_key = f"roles.{role}.mini_batch_size" if section.mini_batch_size is not None else "trainer.mini_batch_size"
     mini_batch = int(section.mini_batch_size if section.mini_batch_size is not None else cfg.trainer.mini_batch_size)
     epochs = int(section.ppo_epochs if section.ppo_epochs is not None else cfg.trainer.ppo_epochs)
     world = pool.world_size
     layout = RowLayout(samples, world)
     per_rank = layout.shard_size
-    call = f"{role}.update_{role}"
-    if layout.pad:
-        issues.append(warning("trainer.batch_size", (
-            f"{call}: {samples} samples over {world} ranks gives each rank {per_rank} rows, {layout.pad} of them "
-            f"padding copies that are trained on; make trainer.batch_size x rollout.n ({samples}) a multiple of {world}"
-        )))
-    mini_batches = None
+    issues: list[Issue] = []
+    mini_batches = mini_rows = micro = accum = None
     if mini_batch > prompts:
         issues.append(error(mb_key, f"{mb_key}: {mini_batch} prompts is larger than trainer.batch_size ({prompts}); a mini-batch is part of a step's batch"))
     elif prompts % mini_batch:
@@ -114,24 +110,21 @@ def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int)
             f"{mb_key}: trainer.batch_size {prompts} is not divisible by the {role} mini-batch size {mini_batch}; "
             f"use a divisor of {prompts}"
         )))
+    elif (mini_batch * n) % world:
+        issues.append(error(mb_key, (
+            f"{mb_key}: the {role}'s mini-batch of {mini_batch * n} samples ({mini_batch} prompts x n={n}) does not split "
+            f"evenly over {world} ranks; make mini_batch_size x rollout.n a multiple of {world}"
+        )))
     else:
         mini_batches = prompts // mini_batch
-    mini_rows = micro = accum = None
-    if mini_batches is not None:
-        if per_rank % mini_batches:
-            issues.append(error(mb_key, (
-                f"{mb_key}: each {role} rank holds {per_rank} rows ({samples} samples over {world} ranks), "
-                f"which do not split into {mini_batches} equal mini-batches; change {mb_key} or the number of ranks"
-            )))
-        else:
-            mini_rows = per_rank // mini_batches
+        mini_rows = mini_batch * n // world
     micro_key = f"roles.{role}.micro_batch_size"
     if mini_rows is not None:
         micro = int(section.micro_batch_size) if section.micro_batch_size is not None else mini_rows
         if micro > mini_rows:
             issues.append(error(micro_key, (
                 f"{micro_key}: {micro} is larger than one mini-batch on one rank ({mini_rows} rows = "
-                f"{mini_batch} prompts x {cfg.rollout.n} / {world} ranks)"
+                f"{mini_batch} prompts x n={n} / {world} ranks)"
             )))
         elif mini_rows % micro:
             issues.append(error(micro_key, (
@@ -145,7 +138,7 @@ def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int)
         world_size=world,
         mini_batch_size=mini_batch,
         mini_batches=mini_batches,
-        mini_batch_samples=mini_batch * int(cfg.rollout.n),
+        mini_batch_samples=mini_batch * n,
         rows_per_rank=per_rank,
         padding=layout.pad,
         mini_batch_rows_per_rank=mini_rows,

@@ -119,9 +119,12 @@ def _required_values(recipe: Mapping[str, Any]) -> list[RecipeError]:
                 f"set roles.{role}.model.path (a local directory or hub id) or roles.{role}.model.config (an inline architecture)",
             ))
     reward = roles.get("reward")
-    if reward and not reward.get("function") and reward.get("model") is None:
-        problems.append(_missing("roles.reward.function", "set roles.reward.function (module:function) or roles.reward.model"))
     data = recipe.get("data") or {}
+    if reward and not reward.get("function") and reward.get("model") is None and not data.get("task"):
+        problems.append(_missing(
+            "roles.reward.function",
+            "set roles.reward.function (module:function), roles.reward.model, or data.task (its bundled reward)",
+        ))
     if not data.get("train_files") and not data.get("task"):
         problems.append(_missing("data.train_files", "set data.train_files (a list of prompt files) or data.task (a bundled task)"))
     for key in ("train_files", "val_files"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +30,12 @@ def _wrap(error: OmegaConfBaseException, what: str) -> RecipeError:
     return RecipeError(f"{prefix}{message} ({what})", key_path=key, kind=kind)
 
 
+@functools.lru_cache(maxsize=1)
+def _schema() -> DictConfig:
+    """The structured schema with its defaults (built once; callers get copies)."""
+    return OmegaConf.structured(Recipe)
+
+
 def _required_markers(value: Any, parts: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Key paths the user marked ``???`` (must be given by a later layer)."""
     if value == "???":
@@ -41,7 +49,7 @@ def recipe_from_dict(data: dict, overrides: Sequence[str] = ()) -> DictConfig:
     """Merge plain recipe data and overrides over the schema; check and resolve; raise RecipeError."""
     check_layer(data, ROOT)
     required = _required_markers(data)
-    base = OmegaConf.structured(Recipe)
+    base = copy.deepcopy(_schema())
     if isinstance(data.get("resource_pools"), dict):
         base.resource_pools = {}  # a recipe that lists its pools replaces the default 'main'
     try:

@@ -30,6 +30,7 @@ class Override:
 
     @property
     def key(self) -> str:
+        """The dotted key path."""
         return ".".join(self.parts)
 
 

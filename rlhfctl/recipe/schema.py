@@ -129,7 +129,7 @@ class RewardRole:
     function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
-    on_error: str = _field("raise", "when the reward function raises: stop the run, or score the batch 0", choices=("raise", "zero"))
+    on_error: str = _field("raise", "when the reward function raises: stop the run, or score the failed samples 0", choices=("raise", "zero"))
 
 
 @dataclass
@@ -207,7 +207,7 @@ class TrainerConfig:
     ppo_epochs: int = _field(1, "passes over each batch (roles may override)", min=1)
     seed: int = _field(0, "seed of data order, sampling and inline model weights", min=0)
     output_dir: str = _field("runs/quickstart", "where checkpoints, metrics and traces go")
-    save_every: int = _field(0, "save a checkpoint every this many steps (0: only at the end)", min=0)
+    save_every: int = _field(0, "save a checkpoint every this many steps and at the last step (0: no periodic checkpoints)", min=0)
     resume: str = _field("never", "never, auto (latest checkpoint in output_dir) or a checkpoint path")
     val_every: int = _field(0, "validate every this many steps (0: never)", min=0)
     critic_warmup_steps: int = _field(0, "steps that update only the critic before the actor starts", min=0)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhfctl.recipe.importing import import_class
 from rlhfctl.single_controller.host import torch_threads_for
 from rlhfctl.single_controller import (
     LocalWorkerGroup,
@@ -18,18 +18,6 @@ from rlhfctl.single_controller import (
 )
 
 ROLE_NAMES = ("actor", "reference", "critic", "reward")
-
-
-def import_worker_class(dotted: str, key_path: str) -> type:
-    """Import ``package.module.ClassName`` named at ``key_path`` in the recipe."""
-    module_name, _, class_name = dotted.rpartition(".")
-    if not module_name:
-        raise ImportError(f"{key_path}: '{dotted}' is not a dotted path like workers.actor.ActorWorker")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, class_name)
-    except AttributeError:
-        raise ImportError(f"{key_path}: module '{module_name}' has no class '{class_name}'") from None
 
 
 @dataclass
@@ -86,7 +74,7 @@ def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> R
     by_pool: dict[str, dict[str, Any]] = {}
     threads = cpu_threads_per_process(cfg, roles)
     for role, role_cfg in roles.items():
-        cls = import_worker_class(role_cfg.worker, f"roles.{role}.worker")
+        cls = import_class(role_cfg.worker, f"roles.{role}.worker")
         spec = RayClassWithInitArgs(cls, recipe, role).with_options(num_threads=threads)
         by_pool.setdefault(role_cfg.pool, {})[role] = spec
     groups: dict[str, WorkerGroup] = {}

@@ -1,0 +1,52 @@
+"""The few settings worth seeing before a run starts: recipe, model, algorithm, pools, batch, output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rlhfctl.recipe.report import ValidationReport
+
+__all__ = ["render_essentials"]
+
+
+def _model(cfg: Any) -> str:
+    model = cfg.roles.actor.model
+    if model.path:
+        return f"{model.path} ({model.dtype})"
+    config = model.config or {}
+    sizes = ", ".join(f"{key}={config[key]}" for key in ("hidden_size", "num_hidden_layers") if key in config)
+    return f"inline {config.get('model_type', '?')} ({sizes}), random weights"
+
+
+def render_essentials(console: Console, cfg: Any, path: Path, report: ValidationReport) -> None:
+    """A two-column summary of the resolved recipe."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    algorithm = cfg.algorithm
+    kl_terms = [name for name, on in (("in reward", algorithm.kl.use_in_reward), ("loss", algorithm.kl.use_kl_loss)) if on]
+    lora = " + LoRA" if cfg.roles.actor.lora is not None else ""
+    pools = "; ".join(
+        f"{pool.name}: {pool.world_size} rank(s){' GPU' if pool.use_gpu else ''} [{', '.join(pool.roles)}]"
+        for pool in report.pools.values() if pool.roles
+    )
+    data = f"files {list(cfg.data.train_files)}" if cfg.data.train_files else f"task {cfg.data.task}"
+    rows = [
+        ("recipe", str(path)),
+        ("model", _model(cfg) + lora),
+        ("algorithm", f"{algorithm.adv_estimator}; KL {', '.join(kl_terms) or 'off'}"),
+        ("pools", pools),
+        ("data", data),
+        ("batch", f"{cfg.trainer.batch_size} prompts x n={cfg.rollout.n} = {cfg.trainer.batch_size * cfg.rollout.n} samples/step"),
+        ("steps", str(cfg.trainer.total_steps)),
+        ("backend", cfg.ray.backend + (f" @ {cfg.ray.address}" if cfg.ray.address else "")),
+        ("output", str(cfg.trainer.output_dir)),
+    ]
+    for key, value in rows:
+        table.add_row(key, Text(value))
+    console.print(table)

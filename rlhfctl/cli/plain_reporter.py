@@ -1,0 +1,71 @@
+"""PlainReporter: one line per event, for logs and CI (stdout is not a terminal)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+from rlhfctl.cli.metrics_line import format_value, metrics_line
+from rlhfctl.cli.reporter_base import BaseReporter, describe_ranks
+
+__all__ = ["PlainReporter"]
+
+
+class PlainReporter(BaseReporter):
+    """A line per step with the key metrics; dispatch events too with ``verbose`` (debug)."""
+
+    def __init__(self, stream: TextIO, verbose: bool = False) -> None:
+        self.stream = stream
+        self.verbose = verbose
+        self.total: int | None = None
+        self._step_started = 0.0
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def run_started(self, info: dict[str, Any]) -> None:
+        """``run started: key=value ...``."""
+        self.total = info.get("total_steps", self.total)
+        details = " ".join(f"{key}={_flat(value)}" for key, value in info.items())
+        self._line(f"run started: {details}".rstrip())
+
+    def step_started(self, step: int, total: int) -> None:
+        """Remember the total; a line only when verbose."""
+        self.total = total
+        self._step_started = time.time()
+        if self.verbose:
+            self._line(f"step {step}/{total} started")
+
+    def dispatch_started(self, event: Any) -> None:
+        """``-> role.method MODE ranks=0-1 rows/rank=8`` when verbose."""
+        if self.verbose:
+            rows = event.rows_per_rank[0] if event.rows_per_rank else "-"
+            self._line(f"  -> {event.role}.{event.method} {event.dispatch_mode} ranks={describe_ranks(event.ranks)} rows/rank={rows}")
+
+    def dispatch_finished(self, event: Any) -> None:
+        """``<- role.method 1.23s`` when verbose."""
+        if self.verbose:
+            elapsed = (event.finished or time.time()) - event.started
+            self._line(f"  <- {event.role}.{event.method} {elapsed:.2f}s")
+
+    def step_finished(self, step: int, metrics: dict[str, Any]) -> None:
+        """``step 3/40  reward=... kl=... step_s=...``."""
+        self._line(metrics_line(step, self.total, metrics))
+
+    def message(self, text: str, level: str = "info") -> None:
+        """The text, prefixed with the level unless info."""
+        self._line(text if level == "info" else f"{level}: {text}")
+
+    def run_finished(self, summary: dict[str, Any]) -> None:
+        """``run finished: key=value ...``."""
+        details = " ".join(f"{key}={_flat(value)}" for key, value in summary.items() if not isinstance(value, dict))
+        self._line(f"run finished: {details}".rstrip())
+
+
+def _flat(value: Any) -> str:
+    if isinstance(value, dict):
+        return ",".join(f"{key}:{_flat(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(_flat(item) for item in value)
+    return format_value(value)

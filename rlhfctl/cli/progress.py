@@ -1,0 +1,55 @@
+"""The Reporter protocol the trainer reports progress through, and ``make_reporter`` to pick one.
+
+The trainer calls, in order: ``run_started(info)``, then per step ``step_started(step, total)``, any
+number of ``dispatch_started(event)`` / ``dispatch_finished(event)`` (event: a
+:class:`rlhfctl.single_controller.DispatchEvent`), ``step_finished(step, metrics)``; ``message(text)``
+at any time; ``run_finished(summary)`` at the end. Reporters also work as worker-group observers
+(``call_started`` / ``call_finished``) and as context managers that stop their display on exit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from rich.console import Console
+
+from rlhfctl.cli.plain_reporter import PlainReporter
+from rlhfctl.cli.quiet_reporter import QuietReporter
+from rlhfctl.cli.reporter_base import BaseReporter
+from rlhfctl.cli.rich_reporter import RichReporter
+
+__all__ = ["BaseReporter", "PlainReporter", "QuietReporter", "Reporter", "RichReporter", "make_reporter"]
+
+
+@runtime_checkable
+class Reporter(Protocol):
+    """What the trainer reports to; see the module docstring for the call order."""
+
+    def run_started(self, info: dict[str, Any]) -> None:
+        """The run is set up: output_dir, total_steps, roles (role -> world size), ..."""
+
+    def step_started(self, step: int, total: int) -> None:
+        """Step ``step`` (1-based) of ``total`` begins."""
+
+    def dispatch_started(self, event: Any) -> None:
+        """A group call was launched (a DispatchEvent)."""
+
+    def dispatch_finished(self, event: Any) -> None:
+        """A group call's results were collected (``event.finished`` set)."""
+
+    def step_finished(self, step: int, metrics: dict[str, Any]) -> None:
+        """Step ``step`` ended with these metrics (reward/mean, kl, actor/pg_loss, time/step, ...)."""
+
+    def message(self, text: str, level: str = "info") -> None:
+        """A line for the user; ``level`` is info, warning or error."""
+
+    def run_finished(self, summary: dict[str, Any]) -> None:
+        """The run ended normally with this summary."""
+
+def make_reporter(quiet: bool, console: Console, verbose: bool = False, err_console: Console | None = None) -> BaseReporter:
+    """Quiet with ``quiet``; Rich when ``console`` is a terminal; Plain (one line per event) otherwise."""
+    if quiet:
+        return QuietReporter(err_console or Console(stderr=True))
+    if console.is_terminal:
+        return RichReporter(console)
+    return PlainReporter(console.file, verbose=verbose)

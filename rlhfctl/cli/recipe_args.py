@@ -1,0 +1,34 @@
+"""The RECIPE argument: a file path, or the name of a bundled recipe; loaded with the OVERRIDES."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+__all__ = ["load_for_command", "resolve_recipe_path"]
+
+
+def resolve_recipe_path(recipe: str) -> Path:
+    """An existing file as given, else a bundled recipe of that name (quickstart, ppo-gae, ...)."""
+    from rlhfctl.recipe.bundled import list_bundled
+    from rlhfctl.recipe.errors import RecipeError, did_you_mean
+
+    path = Path(recipe).expanduser()
+    if path.exists():
+        return path
+    stem = recipe[: -len(".yaml")] if recipe.endswith(".yaml") else recipe
+    bundled = {item.name: item.path for item in list_bundled()}
+    if "/" not in recipe and stem in bundled:
+        return bundled[stem]
+    hint = did_you_mean(stem, bundled) if "/" not in recipe else ""
+    names = ", ".join(sorted(bundled)) or "none"
+    raise RecipeError(f"recipe file not found: {recipe}{hint} (bundled recipes: {names})", kind="file_not_found")
+
+
+def load_for_command(recipe: str, overrides: list[str] | None) -> tuple[DictConfig, Path]:
+    """Load RECIPE with OVERRIDES (RecipeError on any problem)."""
+    from rlhfctl.recipe.load import load_recipe
+
+    path = resolve_recipe_path(recipe)
+    return load_recipe(path, list(overrides or [])), path

@@ -1,0 +1,55 @@
+"""Recipes: the YAML schema, loading with overrides, validation and the derived dispatch plan.
+
+Public API::
+
+    from rlhfctl.recipe import load_recipe, validate_recipe, resolve_pools, RecipeError
+    cfg = load_recipe("recipes/quickstart.yaml", ["trainer.total_steps=10"])
+    report = validate_recipe(cfg)          # ValidationReport: .errors, .warnings, .batch, .pools
+    pools = resolve_pools(cfg)             # name -> PoolInfo (roles, world_size, use_gpu)
+
+Heavier pieces (validation, dispatch plan) are imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.recipe.load import load_recipe, recipe_from_dict
+from rlhfctl.recipe.pools import PoolInfo, resolve_pools
+from rlhfctl.recipe.roles import ROLE_METHODS, ROLE_NAMES, present_roles, reference_source
+from rlhfctl.recipe.schema import Recipe
+
+__all__ = [
+    "ROLE_METHODS",
+    "ROLE_NAMES",
+    "PoolInfo",
+    "Recipe",
+    "RecipeError",
+    "ValidationReport",
+    "build_dispatch_plan",
+    "load_recipe",
+    "present_roles",
+    "recipe_from_dict",
+    "reference_source",
+    "resolve_pools",
+    "training_step",
+    "validate_recipe",
+    "worker_classes",
+]
+
+_LAZY = {
+    "validate_recipe": "rlhfctl.recipe.validate",
+    "ValidationReport": "rlhfctl.recipe.report",
+    "build_dispatch_plan": "rlhfctl.recipe.dispatch_plan",
+    "training_step": "rlhfctl.recipe.dataflow",
+    "worker_classes": "rlhfctl.recipe.check_workers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlhfctl.recipe' has no attribute {name!r}")

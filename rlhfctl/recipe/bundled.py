@@ -1,0 +1,77 @@
+"""The recipes shipped with rlhfctl: the repository's recipes/ folder, or rlhfctl/recipes_bundled/ when installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import rlhfctl
+from rlhfctl.recipe.errors import RecipeError, did_you_mean
+
+__all__ = ["BundledRecipe", "bundled_dirs", "copy_bundled", "find_bundled", "list_bundled", "recipe_description"]
+
+
+@dataclass(frozen=True)
+class BundledRecipe:
+    """A shipped recipe: its name (file stem), file and one-line description."""
+
+    name: str
+    path: Path
+    description: str
+
+
+def bundled_dirs() -> list[Path]:
+    """Folders holding bundled recipes that exist, the source checkout's first."""
+    package = Path(rlhfctl.__file__).resolve().parent
+    candidates = [package.parent / "recipes", package / "recipes_bundled"]
+    return [folder for folder in candidates if folder.is_dir()]
+
+
+def recipe_description(path: Path) -> str:
+    """The recipe's first comment line, without the '#'."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for line in handle:
+                stripped = line.strip()
+                if stripped.startswith("#"):
+                    return stripped.lstrip("#").strip()
+    except OSError:
+        return ""
+    return ""
+
+
+def list_bundled() -> list[BundledRecipe]:
+    """Every bundled recipe by name (a name in an earlier folder hides a later one)."""
+    found: dict[str, BundledRecipe] = {}
+    for folder in bundled_dirs():
+        for path in sorted(folder.glob("*.yaml")):
+            found.setdefault(path.stem, BundledRecipe(path.stem, path, recipe_description(path)))
+    return sorted(found.values(), key=lambda recipe: recipe.name)
+
+
+def find_bundled(name: str) -> BundledRecipe:
+    """The bundled recipe called ``name`` (with or without .yaml); RecipeError listing the names otherwise."""
+    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    recipes = {recipe.name: recipe for recipe in list_bundled()}
+    if stem in recipes:
+        return recipes[stem]
+    names = sorted(recipes)
+    raise RecipeError(
+        f"no bundled recipe named {name!r}{did_you_mean(stem, names)} (bundled: {', '.join(names) or 'none found'})",
+        kind="file_not_found",
+    )
+
+
+def copy_bundled(name: str, dest: str | os.PathLike[str], force: bool = False) -> Path:
+    """Copy a bundled recipe to ``dest`` (a file, or a folder to put NAME.yaml in); refuse to overwrite unless ``force``."""
+    recipe = find_bundled(name)
+    target = Path(os.path.expanduser(str(dest)))
+    if target.is_dir() or str(dest).endswith(("/", os.sep)):
+        target = target / recipe.path.name
+    if target.exists() and not force:
+        raise RecipeError(f"{target} already exists; pass --force to overwrite it", kind="exists")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(recipe.path, target)
+    return target

@@ -1,0 +1,113 @@
+"""Validation: pools are declared and fit the Ray settings; model paths, positions and resume paths make sense."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rlhfctl.recipe.errors import did_you_mean
+from rlhfctl.recipe.pools import PoolInfo, resolve_pools
+from rlhfctl.recipe.report import Issue, error, warning
+from rlhfctl.recipe.roles import present_roles
+
+__all__ = ["check_pools", "check_models", "check_resume"]
+
+
+def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
+    """The resolved pools, with errors for undeclared pools and resources the Ray settings cannot give."""
+    declared = [str(name) for name in cfg.resource_pools]
+    issues = []
+    for role in present_roles(cfg):
+        pool = str(cfg.roles[role].pool)
+        if pool not in declared:
+            key = f"roles.{role}.pool"
+            issues.append(error(key, (
+                f"{key}: pool {pool!r} is not declared in resource_pools (declared: {', '.join(declared)})"
+                f"{did_you_mean(pool, declared)}"
+            )))
+    pools = resolve_pools(cfg, strict=False)
+    for pool in pools.values():
+        if not pool.roles:
+            issues.append(warning(f"resource_pools.{pool.name}", f"resource_pools.{pool.name}: no role uses this pool; it is not started"))
+    issues += _resources(cfg, [pool for pool in pools.values() if pool.roles])
+    return pools, issues
+
+
+def _cpus_per_process(pool: PoolInfo) -> float:
+    from rlhfctl.single_controller.resource_pool import RayResourcePool
+
+    ray_pool = RayResourcePool(list(pool.process_on_nodes), pool.use_gpu, pool.max_colocate_count, pool.name, pool.num_cpus_per_process)
+    return float(ray_pool.num_cpus_per_process)  # type: ignore[arg-type]
+
+
+def _resources(cfg: Any, pools: list[PoolInfo]) -> list[Issue]:
+    ray_cfg = cfg.ray
+    issues = []
+    if ray_cfg.backend == "local":
+        multi = [pool.name for pool in pools if pool.world_size > 1]
+        if multi:
+            issues.append(warning("ray.backend", (
+                f"ray.backend: local runs every rank in this process, without torch.distributed across ranks; "
+                f"pools with several ranks: {', '.join(multi)}"
+            )))
+        return issues
+    joining = bool(ray_cfg.address or os.environ.get("RAY_ADDRESS"))
+    gpus = sum(pool.gpus for pool in pools)
+    cpus = sum(pool.world_size * _cpus_per_process(pool) for pool in pools)
+    if not joining and ray_cfg.num_cpus is not None and cpus > ray_cfg.num_cpus:
+        issues.append(error("ray.num_cpus", f"ray.num_cpus: the pools reserve {cpus:g} CPUs but the local Ray gets {ray_cfg.num_cpus}"))
+    if not joining and ray_cfg.num_gpus is not None and gpus > ray_cfg.num_gpus:
+        issues.append(error("ray.num_gpus", f"ray.num_gpus: the pools need {gpus} GPUs but the local Ray gets {ray_cfg.num_gpus}"))
+    elif not joining and gpus:
+        visible = _visible_gpus()
+        if visible is not None and gpus > visible:
+            issues.append(warning("resource_pools", (
+                f"resource_pools: the pools need {gpus} GPU(s) and this machine shows {visible}; "
+                "fine when joining a cluster (ray.address), otherwise the run cannot start"
+            )))
+    return issues
+
+
+def _visible_gpus() -> int | None:
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception:  # noqa: BLE001 - no usable torch/CUDA: nothing to compare against
+        return None
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
+
+
+def check_models(cfg: Any) -> list[Issue]:
+    """Errors for local model paths that do not exist and inline configs too short for prompt + response."""
+    issues = []
+    needed = int(cfg.data.max_prompt_length) + int(cfg.rollout.max_new_tokens)
+    for role in present_roles(cfg):
+        model = cfg.roles[role].get("model")
+        if model is None:
+            continue
+        for field in ("path", "tokenizer_path"):
+            value = model.get(field)
+            if value and _looks_local(str(value)) and not Path(os.path.expanduser(str(value))).exists():
+                key = f"roles.{role}.model.{field}"
+                issues.append(error(key, f"{key}: local path not found: {value}"))
+        config = model.get("config")
+        limit = config.get("max_position_embeddings") if config is not None and not model.get("path") else None
+        if isinstance(limit, int) and limit < needed:
+            key = f"roles.{role}.model.config.max_position_embeddings"
+            issues.append(error(key, (
+                f"{key}: {limit} positions cannot hold data.max_prompt_length + rollout.max_new_tokens = {needed}"
+            )))
+    return issues
+
+
+def check_resume(cfg: Any) -> list[Issue]:
+    """An error when trainer.resume names a checkpoint path that does not exist."""
+    resume = str(cfg.trainer.resume)
+    if resume in ("never", "auto") or Path(os.path.expanduser(resume)).exists():
+        return []
+    return [error("trainer.resume", f"trainer.resume: checkpoint not found: {resume} (use never, auto or an existing checkpoint path)")]

@@ -1,0 +1,111 @@
+"""Recipe defaults and fallbacks, LR schedules, batch arithmetic and the registry (no models)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlhfctl.single_controller import Dispatch, Execute, registered_methods
+from tests.workers.recipes import TINY_MODEL, tiny_recipe
+from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, resolve_worker_class
+from workers.recipe import (
+    ACTOR_DEFAULTS,
+    DEFAULT_INLINE_MODEL,
+    kl_config,
+    model_config,
+    optim_config,
+    role_config,
+    samples_per_rank,
+    uses_gpu,
+)
+from workers.training import LRSchedule
+
+
+def test_missing_and_null_keys_take_defaults_and_trainer_fallbacks():
+    recipe = tiny_recipe(trainer={"ppo_epochs": 3, "mini_batch_size": 8}, roles={"actor": {"clip_ratio_high": 0.28}})
+    actor = role_config(recipe, "actor", ACTOR_DEFAULTS)
+    assert actor["ppo_epochs"] == 3 and actor["mini_batch_size"] == 8
+    assert actor["clip_ratio_high"] == 0.28 and actor["clip_ratio_low"] == 0.2 and actor["lora"] is None
+    optim = optim_config(recipe, "actor")
+    assert optim["lr"] == 1e-2 and optim["betas"] == [0.9, 0.999] and optim["lr_schedule"] == "constant"
+    assert kl_config({"algorithm": {"kl": {"kind": "k1"}}})["loss_kind"] == "k1"
+
+
+def test_reference_and_critic_fall_back_to_the_actor_model():
+    recipe = tiny_recipe()
+    assert model_config(recipe, "reference", fallback="actor")["config"] == TINY_MODEL["config"]
+    assert model_config(recipe, "critic", fallback="actor")["dtype"] == "float32"
+    own = tiny_recipe(roles={"critic": {"model": {"path": "/some/dir"}}})
+    assert model_config(own, "critic", fallback="actor")["path"] == "/some/dir"
+    assert model_config({}, "actor")["config"] == DEFAULT_INLINE_MODEL
+
+
+def test_gpu_use_follows_the_role_pool():
+    pools = {"resource_pools": {"gpu": {"use_gpu": True}, "cpu": {"use_gpu": False}}}
+    assert uses_gpu({**pools, "roles": {"actor": {"pool": "gpu"}}}, "actor")
+    assert not uses_gpu({**pools, "roles": {"reward": {"pool": "cpu"}}}, "reward")
+    assert not uses_gpu(tiny_recipe(), "actor")
+    with pytest.raises(ValueError, match="names resource pool 'nope'"):
+        uses_gpu({**pools, "roles": {"actor": {"pool": "nope"}}}, "actor")
+
+
+def test_per_rank_mini_batch_is_prompts_times_n_over_world_size():
+    assert samples_per_rank(None, 4, 2, rows=16) == 16
+    assert samples_per_rank(4, 4, 2, rows=16) == 8
+    assert samples_per_rank(1, 1, 4, rows=16) == 1  # never below one row
+    assert samples_per_rank(64, 4, 1, rows=16) == 16  # never above the shard
+
+
+def lr_curve(kind: str, steps: int, **kwargs) -> list[float]:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, LRSchedule(kind, **kwargs))
+    curve = []
+    for _ in range(steps):
+        curve.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return curve
+
+
+def test_lr_schedules():
+    constant = lr_curve("constant", 3, warmup_steps=2, total_steps=None, min_lr_ratio=0.0)
+    assert constant == pytest.approx([1 / 3, 2 / 3, 1.0])
+    linear = lr_curve("linear", 5, warmup_steps=0, total_steps=4, min_lr_ratio=0.0)
+    assert linear == pytest.approx([1, 0.75, 0.5, 0.25, 0])
+    cosine = lr_curve("cosine", 5, warmup_steps=1, total_steps=5, min_lr_ratio=0.1)
+    assert cosine[0] == pytest.approx(0.5) and cosine[1] == pytest.approx(1.0) and cosine[-1] > 0.1
+    assert lr_curve("cosine", 7, warmup_steps=1, total_steps=5, min_lr_ratio=0.1)[-1] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="needs trainer.total_steps"):
+        LRSchedule("linear", 0, None, 0.0)
+    with pytest.raises(ValueError, match="unknown lr_schedule"):
+        LRSchedule("step", 0, 10, 0.0)
+
+
+def test_registered_methods_and_their_dispatch_modes():
+    actor = registered_methods(ActorWorker)
+    expected = {
+        "init_model": Dispatch.ONE_TO_ALL,
+        "generate_sequences": Dispatch.ALL_TO_ALL,
+        "compute_log_prob": Dispatch.ALL_TO_ALL,
+        "compute_ref_log_prob": Dispatch.ALL_TO_ALL,
+        "update_actor": Dispatch.ALL_TO_ALL,
+        "save_checkpoint": Dispatch.ONE_TO_ALL,
+        "load_checkpoint": Dispatch.ONE_TO_ALL,
+        "export_hf": Dispatch.ONE_TO_ALL,
+        "state_fingerprint": Dispatch.ONE_TO_ALL,
+    }
+    for name, mode in expected.items():
+        assert actor[name].dispatch_mode is mode, name
+    assert actor["export_hf"].execute_mode is Execute.RANK_ZERO
+    assert {"compute_values", "update_critic", "save_checkpoint"} <= set(registered_methods(CriticWorker))
+    assert "compute_ref_log_prob" in registered_methods(ReferenceWorker)
+    assert "compute_rewards" in registered_methods(RewardWorker)
+
+
+def test_worker_classes_resolve_by_role_or_import_path():
+    assert resolve_worker_class("actor") is ActorWorker
+    assert resolve_worker_class("anything", "workers.critic:CriticWorker") is CriticWorker
+    with pytest.raises(TypeError, match="must subclass"):
+        resolve_worker_class("actor", "torch.nn:Linear")
+    with pytest.raises(ValueError, match="no default worker class"):
+        resolve_worker_class("judge")
