@@ -99,7 +99,6 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
     workers = [e for e in events if e.get("cat") == "worker"]
     steps = [e for e in events if e.get("cat") == "step"]
     per_method: dict[str, dict[str, Any]] = {}
-    overhead_us = 0.0
     for call in calls:
         entry = per_method.setdefault(call["name"], {"calls": 0, "total_s": 0.0, "bytes_sent": 0, "rank_s": defaultdict(float)})
         entry["calls"] += 1
@@ -109,8 +108,6 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
         inside = [w for w in workers if w["name"] == call["name"] and w["ts"] >= start - 1e3 and w["ts"] + w["dur"] <= end + 1e3]
         for span in inside:
             entry["rank_s"][(span["pid"], span["tid"])] += span["dur"] / _US
-        compute = max((w["dur"] for w in inside), default=0.0)
-        overhead_us += max(0.0, call["dur"] - compute)
     methods = {}
     for name, entry in sorted(per_method.items(), key=lambda item: -item[1]["total_s"]):
         rank_times = entry["rank_s"]
@@ -126,6 +123,9 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
             "bytes_sent": entry["bytes_sent"],
         }
     step_total_us = sum(step["dur"] for step in steps)
+    # Orchestration: the part of each step during which no worker was computing (driver-side
+    # dispatch, collect, serialization, transfer and the driver's own bookkeeping).
+    overhead_us = sum(step["dur"] - _covered(workers, step["ts"], step["ts"] + step["dur"]) for step in steps)
     return {
         "steps": len(steps),
         "calls": len(calls),
@@ -134,3 +134,31 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
         "step_s": round(step_total_us / _US, 6),
         "orchestration_share": round(overhead_us / step_total_us, 4) if step_total_us else None,
     }
+
+
+def _covered(spans: list[dict[str, Any]], start: float, end: float) -> float:
+    """Length of the union of ``spans`` clipped to [start, end]."""
+    intervals = sorted((max(start, s["ts"]), min(end, s["ts"] + s["dur"])) for s in spans
+                       if s["ts"] < end and s["ts"] + s["dur"] > start)
+    covered, current_start, current_end = 0.0, None, None
+    for lo, hi in intervals:
+        if current_end is None or lo > current_end:
+            if current_end is not None:
+                covered += current_end - current_start
+            current_start, current_end = lo, hi
+        else:
+            current_end = max(current_end, hi)
+    if current_end is not None:
+        covered += current_end - current_start
+    return covered
+
+
+def brief_summary(summary: dict[str, Any], top: int = 3) -> dict[str, str]:
+    """A few flat lines of a trace summary for the end-of-run printout."""
+    share = summary.get("orchestration_share")
+    brief = {"dispatch/calls": str(summary["calls"]),
+             "dispatch/orchestration": f"{100 * share:.1f}% of step time" if share is not None else "n/a"}
+    for name, entry in list(summary["methods"].items())[:top]:
+        imbalance = f", rank imbalance {entry['imbalance']:.2f}x" if entry.get("imbalance") else ""
+        brief[f"dispatch/{name}"] = f"{entry['calls']} calls, {entry['total_s']:.2f} s total{imbalance}"
+    return brief

@@ -6,13 +6,14 @@ The recipe mode (below) imports the worker classes and reads their ``@register``
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
 
 from rlhfctl.cli.console import make_console
 from rlhfctl.cli.errors import guarded
-from rlhfctl.cli.options import OutputFormat, OverridesArg, RecipeArg
+from rlhfctl.cli.options import OutputFormat, OverridesArg, complete_recipe
 
 __all__ = ["filter_plan", "inspect_dispatch"]
 
@@ -20,13 +21,16 @@ _ROLE_CHOICES = ("actor", "reference", "critic", "reward", "driver")
 
 
 def inspect_dispatch(
-    recipe: str = RecipeArg(),
+    recipe: Optional[str] = typer.Argument(None, show_default=False, autocompletion=complete_recipe,
+                                           help="recipe YAML file or bundled recipe name (omit with --trace)"),
     overrides: Optional[List[str]] = OverridesArg(),
     role: Optional[str] = typer.Option(None, "--role", help="only this role (actor, reference, critic, reward, driver)",
                                        autocompletion=lambda: list(_ROLE_CHOICES)),
     method: Optional[str] = typer.Option(None, "--method", help="only this method, e.g. generate_sequences"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="prompts per step (default trainer.batch_size)"),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table for people, json for tools"),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="RUN_DIR",
+                                         help="summarize RUN_DIR/trace.json of a finished run (trainer.trace=true)"),
 ) -> None:
     """Show how a recipe's roles are dispatched, and one training step's dataflow.
 
@@ -41,9 +45,16 @@ def inspect_dispatch(
       rlhfctl inspect-dispatch quickstart resource_pools.main.process_on_nodes=[3] --role reward
 
       rlhfctl inspect-dispatch ppo-gae --method update_actor --batch-size 32 --format json
+
+      rlhfctl inspect-dispatch --trace runs/quickstart
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
+        if trace is not None:
+            _show_trace(console, trace, role, method, output_format)
+            return
+        if recipe is None:
+            raise typer.BadParameter("give a RECIPE to inspect, or --trace RUN_DIR to summarize a run", param_hint="RECIPE")
         plan = _recipe_plan(recipe, overrides, batch_size)
         plan = filter_plan(plan, role, method)
         if output_format is OutputFormat.json:
@@ -52,6 +63,26 @@ def inspect_dispatch(
             from rlhfctl.cli.render_dispatch import render_plan
 
             render_plan(console, plan)
+
+
+# ---------------------------------------------------------------------------------- trace mode
+def _show_trace(console: Any, run_dir: Path, role: Optional[str], method: Optional[str], output_format: OutputFormat) -> None:
+    """Summarize a run's trace.json: calls and time per role.method, rank imbalance, bytes, orchestration."""
+    from rlhfctl.trace import TRACE_FILE, summarize_trace
+
+    path = run_dir / TRACE_FILE if run_dir.is_dir() else run_dir
+    if not path.exists():
+        raise typer.BadParameter(f"{path} not found; run training with trainer.trace=true to record one",
+                                 param_hint="--trace")
+    summary = summarize_trace(path)
+    summary["methods"] = {name: entry for name, entry in summary["methods"].items()
+                          if (role is None or name.split(".")[0] == role) and (method is None or name.split(".", 1)[1] == method)}
+    if output_format is OutputFormat.json:
+        console.file.write(json.dumps({"trace": str(path), **summary}, indent=2) + "\n")
+        return
+    from rlhfctl.cli.render_dispatch import render_trace_summary
+
+    render_trace_summary(console, path, summary)
 
 
 # ---------------------------------------------------------------------------------- recipe mode

@@ -90,3 +90,21 @@ def render_plan(console: Console, plan: dict[str, Any], show_roles: bool = True)
         console.print(_dataflow_tree(plan))
     else:
         print_line(console, "no dataflow step matches the filters")
+
+
+def render_trace_summary(console: Console, path: Any, summary: dict[str, Any]) -> None:
+    """The dispatch trace of a run: one row per role.method, then the orchestration share."""
+    table = Table(title=f"dispatch trace: {path}", title_justify="left")
+    for column in ("role.method", "calls", "total s", "mean s", "slowest rank s", "fastest rank s", "imbalance", "MB sent"):
+        table.add_column(column, justify="left" if column == "role.method" else "right")
+    for name, entry in summary["methods"].items():
+        imbalance = f"{entry['imbalance']:.2f}x" if entry.get("imbalance") else "-"
+        table.add_row(name, str(entry["calls"]), f"{entry['total_s']:.3f}", f"{entry['mean_s']:.4f}",
+                      f"{entry['slowest_rank_s']:.3f}", f"{entry['fastest_rank_s']:.3f}", imbalance,
+                      f"{entry['bytes_sent'] / 1e6:.2f}")
+    console.print(table)
+    share = summary.get("orchestration_share")
+    share_text = f"{100 * share:.1f}%" if share is not None else "n/a"
+    console.print(f"steps {summary['steps']}, calls {summary['calls']}, step time {summary['step_s']:.2f} s, "
+                  f"orchestration {summary['orchestration_s']:.3f} s ({share_text} of step time: driver-side dispatch, "
+                  "collect, serialization and waiting that is not worker compute)")

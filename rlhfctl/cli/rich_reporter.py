@@ -131,6 +131,8 @@ class RichReporter(BaseReporter):
         table.add_column(style="bold")
         table.add_column()
         for key, value in summary.items():
+            if isinstance(value, dict):
+                continue  # nested detail (the full trace summary) is for tools, not the screen
             table.add_row(Text(str(key)), Text(_flat(value)))
         self.console.print(table)
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.trace import TraceRecorder
+from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
@@ -74,10 +74,10 @@ class PPOTrainer:
         self.start_step = 0
         self.completed_step = 0
         self.saved_step = 0
-        self.trace = TraceRecorder() if cfg.trainer.trace else None
-        if self.trace is not None:
-            for group in self.groups.all():
-                group.observers.append(self.trace)
+        # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
+        self.trace = TraceRecorder()
+        for group in self.groups.all():
+            group.observers.append(self.trace)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -100,9 +100,8 @@ class PPOTrainer:
             self.reporter.step_started(step, total)
             step_start = time.time()
             metrics = self.train_step(step)
-            if self.trace is not None:
-                self.trace.record_step(step, step_start, time.time())
-                self.trace.drain_workers(self.groups.all())
+            self.trace.record_step(step, step_start, time.time())
+            self.trace.drain_workers(self.groups.all())
             if cfg.val_every and (step % cfg.val_every == 0 or step == total):
                 metrics.update(self.validate())
             self.metrics_log.write(step, metrics)
@@ -256,8 +255,12 @@ class PPOTrainer:
         self.reporter.message(f"resumed from {path} at step {self.start_step}")
 
     def write_trace(self) -> Path | None:
-        """Write ``trace.json`` when tracing is on; returns its path."""
-        return self.trace.write(self.output_dir) if self.trace is not None else None
+        """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
+        return self.trace.write(self.output_dir) if self.cfg.trainer.trace else None
+
+    def trace_summary(self) -> dict[str, Any]:
+        """The dispatch summary of this run so far (calls, time per method, orchestration share)."""
+        return summarize_trace(self.trace.to_chrome_trace())
 
     def shutdown(self) -> None:
         """Stop the worker processes."""

@@ -7,7 +7,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlhfctl.ray_cluster import start_or_join_ray
-from rlhfctl.trace import summarize_trace
+from rlhfctl.trace import brief_summary
 from rlhfctl.trainer.ppo_trainer import PPOTrainer, summarize
 
 
@@ -43,10 +43,12 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
             _save_on_interrupt(trainer, cfg, reporter)
             raise
         summary = summarize(trainer.metrics_log)
+        trace = trainer.trace_summary()
+        summary.update(brief_summary(trace))
         trace_path = trainer.write_trace()
         if trace_path is not None:
-            summary["trace"] = summarize_trace(trace_path)
             summary["trace_file"] = str(trace_path)
+        summary["trace"] = trace
         reporter.run_finished(summary)
         return summary
     finally:

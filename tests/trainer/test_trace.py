@@ -44,3 +44,27 @@ def test_trace_has_driver_and_rank_tracks_and_a_consistent_summary(tmp_path):
     assert sleep["calls"] == 1 and sleep["slowest_rank_s"] >= 0.05
     assert 0.0 <= summary["orchestration_share"] < 1.0
     assert list(summary["methods"])[0] == "echo.sleep"  # sorted by total time
+
+
+def _span(name, cat, pid, tid, start_s, end_s, **args):
+    return {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": start_s * 1e6,
+            "dur": (end_s - start_s) * 1e6, "args": args}
+
+
+def test_orchestration_is_step_time_not_covered_by_any_worker():
+    trace = {"traceEvents": [
+        _span("step 1", "step", 0, 1, 0.0, 10.0),
+        _span("actor.generate_sequences", "call", 0, 0, 0.0, 4.0, bytes_sent=100),
+        _span("actor.generate_sequences", "worker", 1, 0, 0.5, 3.5),
+        _span("actor.generate_sequences", "worker", 1, 1, 0.5, 2.5),
+        _span("reward.compute_rewards", "call", 0, 0, 4.0, 9.0, bytes_sent=50),
+        _span("reward.compute_rewards", "worker", 2, 0, 4.0, 6.0),
+        _span("reward.compute_rewards", "worker", 2, 0, 5.0, 8.0),  # overlaps the span before: counted once
+    ]}
+    summary = summarize_trace(trace)
+    # Covered: [0.5, 3.5] + [4, 8] = 7 s of a 10 s step.
+    assert summary["orchestration_s"] == 3.0
+    assert summary["orchestration_share"] == 0.3
+    generate = summary["methods"]["actor.generate_sequences"]
+    assert generate["slowest_rank_s"] == 3.0 and generate["fastest_rank_s"] == 2.0 and generate["imbalance"] == 1.5
+    assert generate["bytes_sent"] == 100
