@@ -148,7 +148,8 @@ class DataProto:
             if index.step is not None and index.step < 0:
                 return self[np.arange(len(self))[index]]
             return self._take_slice(index)
-        positions = torch.as_tensor(np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index))
+        # np.array copies, so an index array that is a read-only view (from Ray) is safe to hand to torch.
+        positions = torch.as_tensor(np.array(index.cpu() if isinstance(index, torch.Tensor) else index))
         if positions.dtype == torch.bool:
             if positions.numel() != len(self):
                 raise IndexError(f"boolean mask of length {positions.numel()} for a DataProto of {len(self)} rows")

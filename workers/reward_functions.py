@@ -29,6 +29,10 @@ class RewardFunctionError(RuntimeError):
     """A reward function could not be loaded, or raised while scoring."""
 
 
+class RewardOutputError(RewardFunctionError, ValueError):
+    """A reward function returned the wrong number of scores, a non-number, NaN or infinity."""
+
+
 def _looks_like_file(target: str) -> bool:
     return target.endswith(".py") or "/" in target or os.sep in target
 
@@ -95,21 +99,21 @@ def _as_scores(result: Any, name: str, start: int, count: int) -> list[float]:
     if hasattr(result, "tolist") and callable(result.tolist):
         result = result.tolist()
     if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
-        raise ValueError(
+        raise RewardOutputError(
             f"reward function {name} returned a {type(result).__name__}; it must return a list of {count} floats"
         )
     if len(result) != count:
-        raise ValueError(f"reward function {name} returned {len(result)} scores for {count} samples")
+        raise RewardOutputError(f"reward function {name} returned {len(result)} scores for {count} samples")
     scores = []
     for offset, value in enumerate(result):
         try:
             score = float(value)
         except (TypeError, ValueError):
-            raise ValueError(
+            raise RewardOutputError(
                 f"reward function {name} returned a non-number ({value!r}) for sample {start + offset}"
             ) from None
         if not math.isfinite(score):
-            raise ValueError(
+            raise RewardOutputError(
                 f"reward function {name} returned a non-finite score ({score}) for sample {start + offset}"
             )
         scores.append(score)

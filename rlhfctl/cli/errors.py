@@ -1,7 +1,9 @@
 """Exit codes, and the one place that maps exceptions to them and to a message.
 
-0 success; 1 internal error (a bug, a crashed worker: the traceback is printed); 2 a user error (recipe,
-data, model settings: one red line naming the key, no traceback); 130 interrupted (Ctrl-C).
+0 success; 1 internal error (a bug: the traceback is printed); 2 a user error (recipe, data, model
+settings, reward function: one red line naming the key, no traceback); 3 a worker process died or a
+call timed out (one line naming role, rank and method); 4 training diverged (NaN or infinite loss or
+reward; the last good checkpoint is kept); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,12 +17,22 @@ from rich.console import Console
 
 from rlhfctl.cli.console import print_error, print_line
 
-__all__ = ["EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USER", "exit_code_for", "guarded", "user_message"]
+__all__ = ["EXIT_DIVERGED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USER", "EXIT_WORKER_FAILED",
+           "exit_code_for", "guarded", "user_message"]
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USER = 2
+EXIT_WORKER_FAILED = 3
+EXIT_DIVERGED = 4
 EXIT_INTERRUPTED = 130
+
+#: Runtime failures reported in one line without a traceback, with their exit codes.
+RUNTIME_FAILURES = {
+    "rlhfctl.single_controller.errors.WorkerDiedError": EXIT_WORKER_FAILED,
+    "rlhfctl.single_controller.errors.WorkerTimeoutError": EXIT_WORKER_FAILED,
+    "rlhfctl.trainer.ppo_trainer.TrainingDiverged": EXIT_DIVERGED,
+}
 
 #: Exceptions that mean "fix your recipe, data or settings", by qualified class name (matched along the
 #: MRO, so nothing is imported to classify an error).
@@ -31,6 +43,8 @@ USER_ERRORS = frozenset({
     "rlhfctl.models.loading.ModelConfigError",
     "rlhfctl.tasks.UnknownTaskError",
     "rlhfctl.single_controller.errors.ResourcePoolError",
+    "workers.reward_functions.RewardFunctionError",
+    "workers.reward_functions.RewardOutputError",
 })
 _USER_ERROR_NAMES = frozenset(name.rpartition(".")[2] for name in USER_ERRORS)
 _WORKER_METHOD_ERROR = "rlhfctl.single_controller.errors.WorkerMethodError"
@@ -52,8 +66,12 @@ def exit_code_for(error: BaseException) -> int:
     """The exit code for an exception that ended a command."""
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
-    if _qualified_names(error) & USER_ERRORS or _user_error_in_worker(error):
+    names = _qualified_names(error)
+    if names & USER_ERRORS or _user_error_in_worker(error):
         return EXIT_USER
+    for name, code in RUNTIME_FAILURES.items():
+        if name in names:
+            return code
     return EXIT_INTERNAL
 
 
@@ -79,7 +97,7 @@ def guarded(err: Console) -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception as error:  # noqa: BLE001 - the single place that maps errors to exit codes
         code = exit_code_for(error)
-        if code == EXIT_USER:
+        if code in (EXIT_USER, EXIT_WORKER_FAILED, EXIT_DIVERGED):
             print_error(err, user_message(error))
         else:
             print_line(err, "".join(traceback.format_exception(error)).rstrip())

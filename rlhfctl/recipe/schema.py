@@ -130,6 +130,7 @@ class RewardRole:
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
     on_error: str = _field("raise", "when the reward function raises: stop the run, or score the failed samples 0", choices=("raise", "zero"))
+    optim: OptimConfig = _field(doc="optimizer of the reward model when algorithm.name is reward_model", factory=OptimConfig)
 
 
 @dataclass
@@ -156,6 +157,13 @@ class DataConfig:
     overlong: str = _field("error", "what to do with prompts longer than max_prompt_length", choices="overlong")
     apply_chat_template: bool = _field(False, "render prompts with the tokenizer's chat template")
     shuffle: bool = _field(True, "shuffle the prompts every epoch")
+    response_key: str = _field("response", "column holding the response of a demonstration (sft)")
+    messages_key: str = _field("messages", "column holding a chat of {role, content} messages (sft; the last assistant message is the response)")
+    chosen_key: str = _field("chosen", "column holding the preferred response of a pair (reward_model, dpo)")
+    rejected_key: str = _field("rejected", "column holding the dispreferred response of a pair (reward_model, dpo)")
+    max_length: int = _field(128, "prompt + response tokens per example for sft, reward_model and dpo (longer ones follow data.overlong)", min=2)
+    packing: bool = _field(False, "sft: pack several examples into each row of max_length tokens")
+    eval_fraction: float = _field(0.0, "sft, reward_model, dpo: hold out this share of data.train_files for evaluation when data.val_files is null", min=0, max_exclusive=1)
 
 
 @dataclass
@@ -189,12 +197,15 @@ class KLConfig:
 class AlgorithmConfig:
     """Advantage estimation and KL."""
 
+    name: str = _field("ppo", "training stage: ppo (the PPO-family loop, see adv_estimator), sft, reward_model or dpo", choices=("ppo", "sft", "reward_model", "dpo"))
     adv_estimator: str = _field("grpo", "advantage estimator: gae, grpo, rloo, reinforce_plus_plus, remax or a registered name")
     gamma: float = _field(1.0, "discount factor", min=0, max=1)
     lam: float = _field(1.0, "GAE lambda", min=0, max=1)
     norm_adv_by_std_in_grpo: bool = _field(True, "divide GRPO advantages by the group std (false: Dr. GRPO)")
     import_modules: List[str] = _field(doc="modules imported first (custom estimators, reward code)", factory=list)
     kl: KLConfig = _field(doc="KL penalty and loss", factory=KLConfig)
+    margin: float = _field(0.0, "reward_model: Bradley-Terry margin, loss -log sigmoid(r_chosen - r_rejected - margin)", min=0)
+    beta: float = _field(0.1, "dpo: strength of the implicit KL to the reference", min_exclusive=0)
 
 
 @dataclass
@@ -216,6 +227,7 @@ class TrainerConfig:
     keep_last: int = _field(3, "checkpoints kept (0 keeps all)", min=0)
     save_on_interrupt: bool = _field(True, "save a checkpoint when interrupted (Ctrl-C)")
     log_every: int = _field(1, "print and log metrics every this many steps", min=1)
+    export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")
 
 
 def _default_pools() -> Dict[str, ResourcePoolConfig]:

@@ -10,9 +10,11 @@ from rlhfctl.recipe.arithmetic import derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm
 from rlhfctl.recipe.check_data import check_data
 from rlhfctl.recipe.check_runtime import check_models, check_pools, check_resume
+from rlhfctl.recipe.check_stage import check_stage
 from rlhfctl.recipe.check_workers import check_reward_function, check_workers
 from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.report import ValidationReport, error
+from rlhfctl.recipe.stages import is_stage
 
 __all__ = ["validate_recipe"]
 
@@ -24,6 +26,10 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
+    if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
+        report.pools, stage_issues = check_stage(cfg)
+        report.issues += stage_issues
+        return report
     pools, pool_issues = check_pools(cfg)
     report.pools = pools
     report.issues += pool_issues

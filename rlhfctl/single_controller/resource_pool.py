@@ -112,21 +112,41 @@ class RayResourcePool(ResourcePool):
         from ray.util.placement_group import placement_group
 
         self._check_capacity()
-        groups = [
-            placement_group([self.bundle() for _ in range(count)], strategy=self.strategy, name="")
-            for count in self.process_on_nodes
-        ]
-        ready, _ = ray.wait([pg.ready() for pg in groups], num_returns=len(groups), timeout=self.ready_timeout_s)
-        if len(ready) < len(groups):
+        groups: list[Any] = []
+        try:
+            for count in self.process_on_nodes:
+                groups.append(self._place_on_a_new_node(count, groups))
+        except BaseException:
             for pg in groups:
                 ray.util.remove_placement_group(pg)
-            raise ResourcePoolError(
-                f"resource pool '{self.name}' could not be placed within {self.ready_timeout_s:g} s: asked "
-                f"{self.process_on_nodes} processes per node, each {self.bundle()}, strategy {self.strategy}; "
-                f"cluster has {ray.cluster_resources()} ({len(ray.nodes())} node(s))"
-            )
+            raise
         self._placement_groups = groups
         return groups
+
+    def _place_on_a_new_node(self, count: int, placed: list[Any]) -> Any:
+        """One node entry's bundles, on a node none of the pool's earlier entries use (bounded wait)."""
+        import ray
+        from ray.util.placement_group import placement_group, placement_group_table
+
+        used = sorted({node for pg in placed for node in placement_group_table(pg)["bundles_to_node_id"].values()})
+        selector = [{"ray.io/node-id": f"!in({','.join(used)})"}] * count if used else None
+        pg = placement_group([self.bundle() for _ in range(count)], strategy=self.strategy, bundle_label_selector=selector)
+        ready, _ = ray.wait([pg.ready()], timeout=self.ready_timeout_s)
+        if not ready:
+            ray.util.remove_placement_group(pg)
+            raise ResourcePoolError(
+                f"resource pool '{self.name}' could not be placed within {self.ready_timeout_s:g} s: node entry "
+                f"{len(placed)} of {self.process_on_nodes} needs {count} process(es) of {self.bundle()} "
+                f"({self.strategy}) on a node of its own; the cluster has {len(ray.nodes())} node(s) with "
+                f"{ray.cluster_resources()}"
+            )
+        return pg
+
+    def node_ids(self) -> list[str]:
+        """The Ray node id of each node entry (after placement)."""
+        from ray.util.placement_group import placement_group_table
+
+        return [next(iter(placement_group_table(pg)["bundles_to_node_id"].values())) for pg in self.placement_groups()]
 
     def release(self) -> None:
         """Remove the placement groups (the group's actors must be gone first)."""

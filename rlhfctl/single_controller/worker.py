@@ -57,6 +57,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def ray_node_id() -> str | None:
+    """The Ray node id of this process, or None outside Ray."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - not under Ray
+        pass
+    return None
+
+
 def node_ip_address() -> str:
     """This node's address as the cluster sees it (Ray's view when running under Ray)."""
     try:
@@ -127,6 +139,7 @@ class Worker:
             "local_rank": self.local_rank,
             "pid": os.getpid(),
             "node_ip": node_ip_address(),
+            "node_id": ray_node_id(),
             "class": type(self).__name__,
         }
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rlhfctl.tasks import digits
+from rlhfctl.tasks import digits, preferences
 from rlhfctl.tasks.reward_fn import RewardFn, check_reward_inputs
 
 __all__ = ["RewardFn", "Task", "UnknownTaskError", "check_reward_inputs", "get_task", "task_names"]
@@ -21,6 +21,10 @@ class Task:
     """``make_prompts(num, seed)`` -> records with a ``prompt`` key plus reward columns."""
     score: RewardFn
     description: str = ""
+    make_demonstrations: Callable[[int, int], list[dict[str, Any]]] | None = None
+    """``make_demonstrations(num, seed)`` -> ``{"prompt", "response"}`` records for sft (None: not offered)."""
+    make_preferences: Callable[[int, int], list[dict[str, Any]]] | None = None
+    """``make_preferences(num, seed)`` -> ``{"prompt", "chosen", "rejected"}`` records for reward_model / dpo."""
 
 
 class UnknownTaskError(ValueError):
@@ -30,7 +34,8 @@ class UnknownTaskError(ValueError):
 _TASKS: dict[str, Task] = {
     task.name: task
     for task in (
-        Task("digits", digits.make_prompts, digits.score, "reward = fraction of response characters that are digits"),
+        Task("digits", digits.make_prompts, digits.score, "reward = fraction of response characters that are digits",
+             preferences.make_demonstrations, preferences.make_preferences),
         Task("copy", digits.make_prompts, digits.copy_score, "reward = partial credit for reproducing the digits"),
     )
 }

@@ -85,11 +85,18 @@ class PPOTrainer:
         futures = [group.submit("init_model") for group in self.groups.all()]
         for future in futures:
             future.get()
+        self._write_placement()
         resume_from = self._resume_checkpoint()
         if resume_from is not None:
             self._load(resume_from)
         self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
         (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
+
+    def _write_placement(self) -> None:
+        """``workers.json``: each role's ranks with pid and node, for operators (and the fault tests)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        placement = {role: group.describe_process() for role, group in self.groups.groups.items()}
+        (self.output_dir / "workers.json").write_text(json.dumps(placement, indent=1))
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:

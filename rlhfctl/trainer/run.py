@@ -8,7 +8,8 @@ from omegaconf import DictConfig
 
 from rlhfctl.ray_cluster import start_or_join_ray
 from rlhfctl.trace import brief_summary
-from rlhfctl.trainer.ppo_trainer import PPOTrainer, summarize
+from rlhfctl.trainer.ppo_trainer import PPOTrainer
+from rlhfctl.trainer.trainers import make_trainer, run_summary
 
 
 class _SilentReporter:
@@ -19,7 +20,7 @@ class _SilentReporter:
 
 
 def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
-    """Train as the recipe says; returns a summary (first/last mean reward, steps, metrics file)."""
+    """Train as the recipe says (``algorithm.name`` picks the trainer); returns the run's summary."""
     reporter = reporter or _SilentReporter()
     session = None
     if cfg.ray.backend == "ray":
@@ -31,7 +32,7 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
         )
     trainer = None
     try:
-        trainer = PPOTrainer(cfg, reporter)
+        trainer = make_trainer(cfg, reporter)
         for group in trainer.groups.all():
             group.observers.append(_DispatchForwarder(reporter))
         reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
@@ -42,7 +43,7 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
         except KeyboardInterrupt:
             _save_on_interrupt(trainer, cfg, reporter)
             raise
-        summary = summarize(trainer.metrics_log)
+        summary = run_summary(trainer)
         trace = trainer.trace_summary()
         summary.update(brief_summary(trace))
         trace_path = trainer.write_trace()

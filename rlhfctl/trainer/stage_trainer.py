@@ -1,0 +1,212 @@
+"""The loop shared by the supervised stages (sft, reward_model, dpo), driven from one process.
+
+Per step: take ``trainer.batch_size`` examples (reshuffled every epoch, resumable), collate them, make
+one call on the trained role's group (``ALL_TO_ALL``: each rank trains on its shard, DDP averages the
+gradients), log the metrics. Evaluation runs every ``trainer.val_every`` steps and at the last step
+when there is held-out data. At the end the trained role writes a Hugging Face model directory to
+``<output_dir>/model`` (``export_hf``), which a later stage loads through ``model.path``.
+
+Only the roles a stage needs are started (:func:`rlhfctl.recipe.stages.stage_roles`); the others in
+the recipe are ignored.
+Checkpoints (``trainer.save_every``, ``trainer.resume``) use the same layout as the PPO loop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlhfctl.data.batching import PromptBatcher
+from rlhfctl.models.loading import ModelConfigError, load_tokenizer
+from rlhfctl.recipe.stages import only_roles, stage_roles
+from rlhfctl.trace import TraceRecorder, summarize_trace
+from rlhfctl.trainer import checkpoint
+from rlhfctl.trainer.metrics import MetricsLog, first_non_finite
+from rlhfctl.trainer.ppo_trainer import TrainingDiverged
+from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
+from rlhfctl.trainer.stage_data import stage_records
+
+__all__ = ["MODEL_DIR", "StageTrainer"]
+
+MODEL_DIR = "model"
+"""Where a stage's Hugging Face model goes, under its output directory."""
+
+
+class StageTrainer:
+    """Base of the sft, reward_model and dpo trainers; subclasses say what a step and an evaluation do."""
+
+    algorithm: ClassVar[str] = ""
+    trained_role: ClassVar[str] = "actor"
+    record_kind: ClassVar[str] = "demonstrations"
+
+    def __init__(self, cfg: DictConfig, reporter: Any, groups: RoleGroups | None = None) -> None:
+        self.cfg = cfg
+        self.reporter = reporter
+        self.output_dir = Path(cfg.trainer.output_dir)
+        self.model_dir = self.output_dir / MODEL_DIR
+        model = cfg.roles.get(self.trained_role)
+        if model is None or model.get("model") is None:
+            raise ModelConfigError(
+                f"roles.{self.trained_role}.model: algorithm.name={self.algorithm} trains this role's model; "
+                f"set roles.{self.trained_role}.model.config (inline) or .path"
+            )
+        self.tokenizer = load_tokenizer(OmegaConf.to_container(model.model, resolve=True),
+                                        trust_remote_code=bool(model.model.trust_remote_code))
+        records = stage_records(cfg, self.record_kind)
+        self.train_data = self.make_dataset(records.train, records.train_source)
+        self.eval_data = self.make_dataset(records.eval, records.eval_source) if records.eval else None
+        self.batcher = PromptBatcher(self.train_data, cfg.trainer.batch_size, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle)
+        self.groups = groups or build_role_groups(only_roles(cfg, self.roles_used()), call_timeout_s=cfg.trainer.call_timeout_s)
+        self.trained = self.groups[self.trained_role]
+        self.start_step = self.completed_step = self.saved_step = 0
+        # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
+        self.trace = TraceRecorder()
+        for group in self.groups.all():
+            group.observers.append(self.trace)
+
+    # ------------------------------------------------------------------ what subclasses define
+    def roles_used(self) -> set[str]:
+        """The roles this stage starts (see :func:`rlhfctl.recipe.stages.stage_roles`)."""
+        return set(stage_roles(self.cfg))
+
+    def make_dataset(self, records: list[dict[str, Any]], source: str) -> Any:
+        """Tokenize ``records`` into a sequence of examples."""
+        raise NotImplementedError
+
+    def train_on(self, rows: list[Any]) -> dict[str, float]:
+        """One optimizer step on ``rows``; returns its metrics."""
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        """Metrics on the held-out examples (keys start with ``eval/``)."""
+        raise NotImplementedError
+
+    def eval_chunks(self) -> list[list[Any]]:
+        """The held-out examples in chunks of ``trainer.batch_size``."""
+        rows = list(self.eval_data or [])
+        size = int(self.cfg.trainer.batch_size)
+        return [rows[start : start + size] for start in range(0, len(rows), size)]
+
+    # ------------------------------------------------------------------ setup and loop
+    def setup(self) -> None:
+        """Build the models (every group in parallel), then resume if the recipe asks to."""
+        futures = [group.submit("init_model") for group in self.groups.all()]
+        for future in futures:
+            future.get()
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        placement = {role: group.describe_process() for role, group in self.groups.groups.items()}
+        (self.output_dir / "workers.json").write_text(json.dumps(placement, indent=1))
+        resume_from = self._resume_checkpoint()
+        if resume_from is not None:
+            self._load(resume_from)
+        self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
+        (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
+
+    def fit(self) -> dict[str, float]:
+        """Train to ``trainer.total_steps``, evaluating as configured, then export the model; returns the last metrics."""
+        trainer, total = self.cfg.trainer, int(self.cfg.trainer.total_steps)
+        metrics: dict[str, float] = {}
+        for step in range(self.start_step + 1, total + 1):
+            self.reporter.step_started(step, total)
+            step_start = time.time()
+            metrics = self.train_step()
+            self.trace.record_step(step, step_start, time.time())
+            self.trace.drain_workers(self.groups.all())
+            if self.eval_data is not None and (step == total or (trainer.val_every and step % trainer.val_every == 0)):
+                metrics.update(self.evaluate())
+            self._check_finite(step, metrics)
+            self.metrics_log.write(step, metrics)
+            self.completed_step = step
+            self.reporter.step_finished(step, metrics)
+            if trainer.save_every and (step % trainer.save_every == 0 or step == total):
+                self.save(step)
+        self.export()
+        return metrics
+
+    def train_step(self) -> dict[str, float]:
+        """One step over the next batch, timed."""
+        rows = next(self.batcher)
+        start = time.perf_counter()
+        metrics = self.train_on(rows)
+        metrics["time/step"] = time.perf_counter() - start
+        return metrics
+
+    def export(self) -> str:
+        """Write the trained model as a Hugging Face directory (``<output_dir>/model``); returns its path."""
+        path = self.trained.export_hf(str(self.model_dir))
+        self.reporter.message(f"wrote model {path}")
+        return str(path)
+
+    def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
+        bad = first_non_finite(metrics, ("loss", "grad_norm"))
+        if bad is not None:
+            raise TrainingDiverged(
+                f"step {step}: {bad} is {metrics[bad]} ({self.algorithm}); stopping. Lower the learning rate "
+                f"(roles.{self.trained_role}.optim.lr) or check the data."
+            )
+
+    # ------------------------------------------------------------------ summary
+    def summary(self) -> dict[str, Any]:
+        """Steps, first/last training loss, the last evaluation, mean step time, model and metrics paths."""
+        records = self.metrics_log.read()
+        summary: dict[str, Any] = {"algorithm": self.algorithm, "steps": len(records)}
+        losses = [r["loss"] for r in records if isinstance(r.get("loss"), (int, float))]
+        if losses:
+            summary["loss/first"], summary["loss/last"] = losses[0], losses[-1]
+        evaluated = [r for r in records if any(key.startswith("eval/") for key in r)]
+        if evaluated:
+            summary.update({key: value for key, value in evaluated[-1].items() if key.startswith("eval/")})
+        times = [r["time/step"] for r in records if isinstance(r.get("time/step"), (int, float))]
+        if times:
+            summary["time/step_mean"] = sum(times) / len(times)
+        summary["model_dir"] = str(self.model_dir)
+        summary["metrics_file"] = str(self.metrics_log.path)
+        return summary
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, step: int) -> Path:
+        """An atomic checkpoint of the trained role and the data position."""
+        state = {"step": step, "batcher": self.batcher.state_dict()}
+
+        def save_roles(directory: Path) -> None:
+            self.trained.save_checkpoint(str(directory))
+
+        path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
+        self.saved_step = step
+        self.reporter.message(f"saved checkpoint {path}")
+        return path
+
+    def _resume_checkpoint(self) -> Path | None:
+        resume = str(self.cfg.trainer.resume)
+        if resume == "never":
+            return None
+        if resume == "auto":
+            return checkpoint.read_latest(self.output_dir)
+        path = Path(resume)
+        if not (path / checkpoint.STATE_FILE).exists():
+            raise FileNotFoundError(f"trainer.resume: {path} is not a checkpoint directory (no {checkpoint.STATE_FILE})")
+        return path
+
+    def _load(self, path: Path) -> None:
+        state = checkpoint.load_driver_state(path)
+        self.trained.load_checkpoint(str(path))
+        self.batcher.load_state_dict(state["batcher"])
+        self.start_step = self.completed_step = self.saved_step = int(state["step"])
+        self.reporter.message(f"resumed from {path} at step {self.start_step}")
+
+    def write_trace(self) -> Path | None:
+        """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
+        return self.trace.write(self.output_dir) if self.cfg.trainer.trace else None
+
+    def trace_summary(self) -> dict[str, Any]:
+        """The dispatch summary of this run so far (calls, time per method, orchestration share)."""
+        return summarize_trace(self.trace.to_chrome_trace())
+
+    def shutdown(self) -> None:
+        """Stop the worker processes."""
+        self.groups.shutdown()
+

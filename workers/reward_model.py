@@ -1,0 +1,123 @@
+"""RewardModelTrainerWorker: trains a sequence classifier (one label) on preference pairs.
+
+The loss is Bradley-Terry, ``-log sigmoid(r_chosen - r_rejected - margin)`` with ``algorithm.margin``
+(0 by default), averaged over the pairs. Scores are read at the last non-pad token of
+``prompt + response`` (right-padded), exactly as :class:`workers.reward.RewardWorker` reads them when the
+exported model later scores rollouts through ``roles.reward.model.path``.
+
+It plays the ``reward`` role of a ``reward_model`` recipe: the model is ``roles.reward.model`` (an
+inline config, or a path such as the sft stage's model, whose new score head starts from the seed), the
+optimizer ``roles.reward.optim``. Batches come from :func:`rlhfctl.data.pairs.collate_reward_pairs`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlhfctl.algorithms.preference_losses import bradley_terry_loss
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Dispatch, Execute, register
+from workers.recipe import model_config, optim_config, section, trainer_config
+from workers.seeding import make_generator
+from workers.trainable import TrainableRoleWorker
+from workers.training import allreduce_mean, build_optimizer, build_scheduler, check_same_across_ranks, optimize_on_batch, wrap_ddp
+
+__all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
+
+PAIR_KEYS = ("chosen_input_ids", "chosen_attention_mask", "rejected_input_ids", "rejected_attention_mask")
+
+
+def pair_scores(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores (B,) of the chosen and the rejected sequences, from one forward pass over both."""
+    input_ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
+    attention_mask = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
+    scores = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
+    rows = batch["chosen_input_ids"].shape[0]
+    return scores[:rows], scores[rows:]
+
+
+class RewardModelTrainerWorker(TrainableRoleWorker):
+    """The reward role while it is being trained: ``train_reward_model``, ``eval_reward_model``, ``export_hf``."""
+
+    default_role = "reward"
+    counter_names = ("update_calls",)
+
+    def __init__(self, recipe: Mapping[str, Any], role: str = "reward") -> None:
+        super().__init__(recipe, role)
+        self.model_cfg = model_config(self.recipe, self.role)
+        self.optim_cfg = optim_config(self.recipe, self.role)
+        margin = section(self.recipe, "algorithm").get("margin")
+        self.margin = float(margin) if margin is not None else 0.0
+        self.update_calls = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Build tokenizer, sequence classifier, DDP wrapper, optimizer and LR scheduler."""
+        from rlhfctl.models.loading import load_sequence_classifier, load_tokenizer
+
+        self._setup_process(distributed=True)
+        trust = bool(self.model_cfg["trust_remote_code"])
+        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
+        model = load_sequence_classifier(
+            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
+        )
+        if self.model_cfg["gradient_checkpointing"]:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.module = model.to(self.device)
+        self.model = wrap_ddp(self.module, self.device)
+        self.optimizer = build_optimizer(self.module, self.optim_cfg)
+        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    def _loss(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        chosen, rejected = pair_scores(self.model, micro)
+        loss, metrics = bradley_terry_loss(chosen, rejected, self.margin)
+        return loss, {"loss": loss.detach(), **metrics}
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def train_reward_model(self, batch: DataProto) -> dict[str, float]:
+        """One optimizer step on the pairs; returns rank-averaged ``loss``, ``accuracy`` (chosen scored
+        higher), ``margin`` (mean r_chosen - r_rejected), ``grad_norm`` and ``lr``."""
+        self._require_model()
+        self._require_keys(batch, PAIR_KEYS, "train_reward_model")
+        rows = len(batch)
+        check_same_across_ranks(rows, "the number of pairs in train_reward_model", self.device)
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.model.train()
+        metrics = optimize_on_batch(
+            {key: batch.batch[key] for key in PAIR_KEYS},
+            model=self.model,
+            optimizer=self.optimizer,
+            loss_fn=self._loss,
+            device=self.device,
+            epochs=1,
+            mini_batch_rows=rows,
+            micro_batch_rows=None,
+            grad_clip=self.optim_cfg["grad_clip"],
+            generator=make_generator("cpu", self.seed, self.rank, "reward-model", self.update_calls),
+        )
+        self.scheduler.step()
+        self.update_calls += 1
+        return {**allreduce_mean(metrics, self.device), "lr": lr}
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def eval_reward_model(self, batch: DataProto) -> DataProto:
+        """Per pair: ``chosen_score`` and ``rejected_score``; no gradients."""
+        self._require_model()
+        self._require_keys(batch, PAIR_KEYS, "eval_reward_model")
+        self.module.eval()
+        with torch.no_grad():
+            chosen, rejected = pair_scores(self.module, {key: batch.batch[key].to(self.device) for key in PAIR_KEYS})
+        return DataProto.from_dict({"chosen_score": chosen.cpu(), "rejected_score": rejected.cpu()})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
+    def export_hf(self, directory: str) -> str:
+        """Write the reward model and its tokenizer as a Hugging Face model directory; returns it."""
+        from rlhfctl.models.loading import save_hf_model
+
+        self._require_model()
+        return str(save_hf_model(self.module, self.tokenizer, os.path.expanduser(str(directory))))

@@ -1,0 +1,120 @@
+"""SFTWorker: supervised fine-tuning of the policy on demonstrations (loss on response tokens only).
+
+It is an :class:`ActorWorker` (same model, LoRA, DDP, optimizer, scheduler, checkpoints and
+``export_hf``) with two more registered methods:
+
+- ``train_sft(batch)``: one optimizer step on the batch (micro-batched with gradient accumulation by
+  ``roles.actor.micro_batch_size``), the loss being the mean negative log-likelihood over **all
+  response tokens of the whole batch, across ranks** (not a mean of per-row means);
+- ``eval_sft(batch)``: per-row ``nll_sum`` and ``tokens``, so the driver computes the exact mean.
+
+Batches hold ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask`` (1 on the tokens to
+predict), right-padded, as :func:`rlhfctl.data.pairs.collate_demonstrations` makes them. With
+``meta_info["packed"]`` the attention mask is left out so transformers keeps attention within each
+packed demonstration (it finds them from the restarting ``position_ids``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import Dispatch, register
+from workers.actor import ActorWorker
+from workers.forward import lm_forward
+from workers.seeding import make_generator
+from workers.training import allreduce_mean, check_same_across_ranks, distributed, optimize_on_batch
+
+__all__ = ["SFT_KEYS", "SFTWorker", "token_nll"]
+
+SFT_KEYS = ("input_ids", "attention_mask", "position_ids", "loss_mask")
+
+
+def token_nll(model: nn.Module, batch: Mapping[str, torch.Tensor], packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token negative log-likelihood (B, T-1) of ``input_ids[:, 1:]`` and its mask ``loss_mask[:, 1:]``."""
+    attention_mask = None if packed else batch["attention_mask"]
+    output = lm_forward(model, batch["input_ids"], attention_mask, batch["position_ids"], use_cache=False)
+    logits = output.logits[:, :-1].float()
+    targets = batch["input_ids"][:, 1:]
+    nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    return nll.view(targets.shape), batch["loss_mask"][:, 1:].to(nll.dtype)
+
+
+def _global_sum(value: float, device: torch.device) -> float:
+    if not distributed():
+        return value
+    total = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    return float(total.item())
+
+
+class SFTWorker(ActorWorker):
+    """The policy trained on demonstrations: ``train_sft``, ``eval_sft``, plus everything an actor has."""
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def train_sft(self, batch: DataProto) -> dict[str, float]:
+        """One optimizer step; returns rank-averaged ``loss`` (token mean over the whole batch),
+        ``tokens`` (response tokens on this rank), ``grad_norm`` and ``lr``."""
+        self._require_model()
+        self._require_keys(batch, SFT_KEYS, "train_sft")
+        rows = len(batch)
+        check_same_across_ranks(rows, "the number of rows in train_sft", self.device)
+        mask = batch.batch["loss_mask"][:, 1:]
+        local_tokens = float(mask.sum().item())
+        global_tokens = _global_sum(local_tokens, self.device)
+        if global_tokens == 0:
+            raise ValueError("train_sft got a batch without response tokens (loss_mask is all zero)")
+        micro = self.config["micro_batch_size"]
+        pieces = math.ceil(rows / max(1, min(int(micro or rows), rows)))
+        # optimize_on_batch divides each micro-batch loss by `pieces` and DDP averages over ranks, so this
+        # weight makes the gradient that of the sum of token losses over the global token count.
+        scale = pieces * self.world_size / global_tokens
+        packed = bool(batch.meta_info.get("packed", False))
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.model.train()
+
+        def loss_fn(micro_batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+            nll, weight = token_nll(self.model, micro_batch, packed=packed)
+            loss = (nll * weight).sum() * scale
+            return loss, {"loss": loss.detach()}
+
+        metrics = optimize_on_batch(
+            {key: batch.batch[key] for key in SFT_KEYS},
+            model=self.model,
+            optimizer=self.optimizer,
+            loss_fn=loss_fn,
+            device=self.device,
+            epochs=1,
+            mini_batch_rows=rows,
+            micro_batch_rows=micro,
+            grad_clip=self.optim_cfg["grad_clip"],
+            generator=make_generator("cpu", self.seed, self.rank, "sft", self.update_calls),
+        )
+        self.scheduler.step()
+        self.update_calls += 1
+        averaged = allreduce_mean({"loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}, self.device)
+        return {**averaged, "tokens": local_tokens, "lr": lr}
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def eval_sft(self, batch: DataProto) -> DataProto:
+        """Per row: ``nll_sum`` (summed over its response tokens) and ``tokens``; no gradients."""
+        self._require_model()
+        self._require_keys(batch, SFT_KEYS, "eval_sft")
+        packed = bool(batch.meta_info.get("packed", False))
+        self.module.eval()
+        step = int(self.config["micro_batch_size"] or len(batch))
+        sums, counts = [], []
+        with torch.no_grad():
+            for start in range(0, len(batch), step):
+                micro = {key: batch.batch[key][start : start + step].to(self.device) for key in SFT_KEYS}
+                nll, weight = token_nll(self.module, micro, packed=packed)
+                sums.append((nll * weight).sum(-1).cpu())
+                counts.append(weight.sum(-1).cpu())
+        return DataProto.from_dict({"nll_sum": torch.cat(sums).double(), "tokens": torch.cat(counts).double()})
