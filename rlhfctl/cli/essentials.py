@@ -47,6 +47,13 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
         ("backend", cfg.ray.backend + (f" @ {cfg.ray.address}" if cfg.ray.address else "")),
         ("output", str(cfg.trainer.output_dir)),
     ]
+    trusted = [role for role in ("actor", "reference", "critic", "reward")
+               if cfg.roles.get(role) is not None and (cfg.roles[role].get("model") or {}).get("trust_remote_code")]
+    if trusted:
+        rows.append(("remote code", f"trust_remote_code is ON for {', '.join(trusted)}: the model repository's own Python "
+                                    "code will run in the worker processes"))
+    if cfg.ray.get("dashboard"):
+        rows.append(("dashboard", "Ray dashboard on, bound to 127.0.0.1"))
     for key, value in rows:
-        table.add_row(key, Text(value))
+        table.add_row(key, Text(value, style="bold yellow" if key == "remote code" else ""))
     console.print(table)

@@ -113,7 +113,8 @@ class PPOTrainer:
                 metrics.update(self.validate())
             self.metrics_log.write(step, metrics)
             self.completed_step = step
-            self.reporter.step_finished(step, metrics)
+            if step % cfg.log_every == 0 or step == total:
+                self.reporter.step_finished(step, metrics)
             if cfg.save_every and (step % cfg.save_every == 0 or step == total):
                 self.save(step)
         return metrics
