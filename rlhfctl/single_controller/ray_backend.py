@@ -13,7 +13,6 @@ from rlhfctl.single_controller.worker import RankInfo
 from rlhfctl.single_controller.worker_group import WorkerGroup, payload_bytes
 
 BUILD_TIMEOUT_S = 600.0
-_POLL_S = 0.5
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -101,32 +100,30 @@ def _spawn_hosts(pool: RayResourcePool, roles: dict[str, ClassWithInitArgs], nam
 
 
 def _wait_for(refs: list[Any], ranks: list[int], role: str, method: str, timeout: float, worker_class: str) -> list[Any]:
-    """Wait for every rank, failing fast on the first error or death, bounded by ``timeout``."""
-    import ray
+    """Wait for every rank, bounded by ``timeout``; the first error or death raises at once, naming its rank.
 
-    deadline = time.monotonic() + timeout
-    results: dict[Any, Any] = {}
-    pending = list(refs)
-    while pending:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            pending_ranks = [rank for rank, ref in zip(ranks, refs) if ref in set(pending)]
-            raise WorkerTimeoutError(role, method, timeout, pending_ranks)
-        ready, pending = ray.wait(pending, num_returns=len(pending), timeout=min(remaining, _POLL_S))
-        if ready:
-            for ref, value in zip(ready, _fetch(ready, refs, ranks, role, method, worker_class)):
-                results[ref] = value
-    return [results[ref] for ref in refs]
-
-
-def _fetch(ready: list[Any], refs: list[Any], ranks: list[int], role: str, method: str, worker_class: str) -> list[Any]:
+    ``ray.get`` on the list returns as soon as any rank fails, so the common path is one call.
+    """
     import ray
 
     try:
-        return ray.get(ready)
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        _, pending = ray.wait(refs, num_returns=len(refs), timeout=0)
+        pending_ranks = [rank for rank, ref in zip(ranks, refs) if ref in set(pending)]
+        raise WorkerTimeoutError(role, method, timeout, pending_ranks) from None
     except (ray.exceptions.RayTaskError, ray.exceptions.RayActorError):
-        pass
-    # Some rank failed: find the first one in rank order and name it.
+        # A short grace so that ranks failing together are all seen and the lowest one is named.
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
+        _raise_first_failure(ready, refs, ranks, role, method, worker_class)
+        raise
+
+
+def _raise_first_failure(ready: list[Any], refs: list[Any], ranks: list[int], role: str, method: str,
+                         worker_class: str) -> None:
+    """Raise a named error for the lowest failed rank among ``ready``."""
+    import ray
+
     rank_of = dict(zip(refs, ranks))
     for ref in sorted(ready, key=lambda r: rank_of[r]):
         try:
@@ -137,7 +134,6 @@ def _fetch(ready: list[Any], refs: list[Any], ranks: list[int], role: str, metho
             cause = error.cause if getattr(error, "cause", None) is not None else error
             detail = f"{type(cause).__name__}: {cause}" if cause is not error else _first_line(error)
             raise WorkerMethodError(role, worker_class, method, rank_of[ref], detail, _ANSI.sub("", str(error))) from None
-    raise RuntimeError("unreachable: a rank failed but no failing rank was found")
 
 
 def _first_line(error: BaseException) -> str:
