@@ -12,8 +12,9 @@ optimizer ``roles.reward.optim``. Batches come from :func:`rlhfctl.data.pairs.co
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -41,6 +42,19 @@ def pair_scores(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[to
     return scores[:rows], scores[rows:]
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """Silence transformers' load report (missing / unexpected weights) inside the block."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)
+
+
 class RewardModelTrainerWorker(TrainableRoleWorker):
     """The reward role while it is being trained: ``train_reward_model``, ``eval_reward_model``, ``export_hf``."""
 
@@ -63,9 +77,10 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         self._setup_process(distributed=True)
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        model = load_sequence_classifier(
-            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
-        )
+        with _quiet_transformers():  # from a causal LM the score head is new and lm_head unused, as intended
+            model = load_sequence_classifier(
+                self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
+            )
         if self.model_cfg["gradient_checkpointing"]:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.module = model.to(self.device)

@@ -8,6 +8,7 @@ import typer
 
 import rlhfctl
 from rlhfctl.cli.inspect_dispatch import inspect_dispatch
+from rlhfctl.cli.pipeline import pipeline
 from rlhfctl.cli.recipes import recipes_app
 from rlhfctl.cli.train import train
 from rlhfctl.cli.validate import validate
@@ -43,6 +44,7 @@ def _root(
 app.command("train")(train)
 app.command("validate")(validate)
 app.command("inspect-dispatch")(inspect_dispatch)
+app.command("pipeline")(pipeline)
 app.add_typer(recipes_app, name="recipes")
 
 

@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rlhfctl.cli.stage_essentials import stage_rows
 from rlhfctl.recipe.report import ValidationReport
+from rlhfctl.recipe.stages import is_stage
 
 __all__ = ["render_essentials"]
 
@@ -30,13 +32,13 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
     table.add_column()
     algorithm = cfg.algorithm
     kl_terms = [name for name, on in (("in reward", algorithm.kl.use_in_reward), ("loss", algorithm.kl.use_kl_loss)) if on]
-    lora = " + LoRA" if cfg.roles.actor.lora is not None else ""
+    lora = " + LoRA" if (cfg.roles.get("actor") or {}).get("lora") is not None else ""
     pools = "; ".join(
         f"{pool.name}: {pool.world_size} rank(s){' GPU' if pool.use_gpu else ''} [{', '.join(pool.roles)}]"
         for pool in report.pools.values() if pool.roles
     )
     data = f"files {list(cfg.data.train_files)}" if cfg.data.train_files else f"task {cfg.data.task}"
-    rows = [
+    rows = stage_rows(cfg, path, pools, data) if is_stage(cfg) else [
         ("recipe", str(path)),
         ("model", _model(cfg) + lora),
         ("algorithm", f"{algorithm.adv_estimator}; KL {', '.join(kl_terms) or 'off'}"),

@@ -92,6 +92,9 @@ def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Option
     from rlhfctl.recipe.dispatch_plan import build_dispatch_plan
 
     cfg, path = load_for_command(recipe, overrides)
+    from rlhfctl.recipe.stages import check_ppo_family
+
+    check_ppo_family(cfg, "inspect-dispatch")
     plan = build_dispatch_plan(cfg, batch_size=batch_size)
     return {"recipe": str(path), **plan}
 

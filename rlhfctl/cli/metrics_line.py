@@ -15,6 +15,9 @@ KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pg_loss", ("actor/pg_loss",)),
     ("vf_loss", ("critic/vf_loss",)),
     ("resp_len", ("response_length/mean",)),
+    ("loss", ("loss",)),  # sft, reward_model, dpo
+    ("eval_loss", ("eval/loss",)),
+    ("eval_acc", ("eval/accuracy",)),
     ("step_s", ("time/step",)),
 )
 

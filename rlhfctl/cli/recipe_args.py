@@ -30,5 +30,13 @@ def load_for_command(recipe: str, overrides: list[str] | None) -> tuple[DictConf
     """Load RECIPE with OVERRIDES (RecipeError on any problem)."""
     from rlhfctl.recipe.load import load_recipe
 
+    from rlhfctl.recipe.errors import RecipeError
+
     path = resolve_recipe_path(recipe)
-    return load_recipe(path, list(overrides or [])), path
+    try:
+        return load_recipe(path, list(overrides or [])), path
+    except RecipeError as error:
+        if error.kind == "unknown_key" and error.key_path in ("stages", "output_dir"):
+            raise RecipeError(f"{error}; {path} looks like a pipeline file: run rlhfctl pipeline {path}",
+                              key_path=error.key_path, kind=error.kind) from None
+        raise

@@ -102,7 +102,7 @@ class _RecordReader:
     def text(self, record: Mapping[str, Any], key: str, number: int, what: str, setting: str) -> str:
         if key not in record:
             columns = ", ".join(map(str, record)) or "none"
-            raise self.fail(number, f"has no {key!r} column for the {what} (it has: {columns}); set {setting}")
+            raise self.fail(number, f"no {key!r} column for the {what} (it has: {columns}); set {setting}")
         value = record[key]
         if not isinstance(value, str):
             raise self.fail(number, f"the {what} ({key!r}) must be a string, got {type(value).__name__}")

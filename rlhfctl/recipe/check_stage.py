@@ -65,7 +65,7 @@ def _workers(cfg: Any, roles: dict[str, tuple[str, ...]], trained: str, default:
         registered = registered_methods(cls)
         missing = [method for method in needed if method not in registered]
         if missing:
-            hint = f"; use {role}.worker: {default}" if role == trained else ""
+            hint = f"; use roles.{role}.worker: {default}" if role == trained else ""
             issues.append(error(key, (
                 f"{key}: {cls.__module__}.{cls.__qualname__} lacks registered method(s) {', '.join(missing)} needed by "
                 f"algorithm.name={name}{hint}"

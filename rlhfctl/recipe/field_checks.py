@@ -104,9 +104,10 @@ def _missing(path: str, what: str) -> RecipeError:
 def _required_values(recipe: Mapping[str, Any]) -> list[RecipeError]:
     problems = []
     roles = recipe.get("roles") or {}
-    if roles.get("actor") is None:
+    stage = str((recipe.get("algorithm") or {}).get("name") or "ppo")  # sft/dpo train the actor, reward_model the reward
+    if roles.get("actor") is None and stage != "reward_model":
         problems.append(_missing("roles.actor", "every recipe needs an actor (the policy)"))
-    if roles.get("reward") is None:
+    if roles.get("reward") is None and stage in ("ppo", "reward_model"):
         problems.append(_missing("roles.reward", "every recipe needs a reward role (a function or a reward model)"))
     for role in ("actor", "reference", "critic", "reward"):
         section = roles.get(role)

@@ -20,7 +20,7 @@ import random
 import string
 from typing import Any
 
-from rlhfctl.tasks import digits
+from rlhfctl.tasks.digits import MAX_DIGITS, MIN_DIGITS, make_prompts
 
 __all__ = ["LETTER_SHARE", "make_demonstrations", "make_preferences"]
 
@@ -53,7 +53,7 @@ def make_demonstrations(num: int, seed: int) -> list[dict[str, Any]]:
     _check(num)
     rng = random.Random(f"{seed}:demonstrations")
     records = []
-    for record in digits.make_prompts(num, seed):
+    for record in make_prompts(num, seed):
         truth = record["ground_truth"]
         answer = _random_text(rng, _LETTERS, len(truth)) if rng.random() < LETTER_SHARE else truth
         records.append({"prompt": record["prompt"], "response": f" {answer}", "ground_truth": truth})
@@ -65,10 +65,10 @@ def make_preferences(num: int, seed: int) -> list[dict[str, Any]]:
     _check(num)
     rng = random.Random(f"{seed}:preferences")
     records = []
-    for record in digits.make_prompts(num, seed):
+    for record in make_prompts(num, seed):
         truth = record["ground_truth"]
         chosen = truth if rng.random() < 0.5 else _random_text(rng, _DIGITS, len(truth))
         chosen = _with_one_swapped(rng, chosen, _LETTERS)
-        rejected = _with_one_swapped(rng, _random_text(rng, _LETTERS, rng.randint(digits.MIN_DIGITS, digits.MAX_DIGITS)), _DIGITS)
+        rejected = _with_one_swapped(rng, _random_text(rng, _LETTERS, rng.randint(MIN_DIGITS, MAX_DIGITS)), _DIGITS)
         records.append({"prompt": record["prompt"], "chosen": f" {chosen}", "rejected": f" {rejected}", "ground_truth": truth})
     return records

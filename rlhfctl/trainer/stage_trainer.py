@@ -7,8 +7,8 @@ when there is held-out data. At the end the trained role writes a Hugging Face m
 ``<output_dir>/model`` (``export_hf``), which a later stage loads through ``model.path``.
 
 Only the roles a stage needs are started (:func:`rlhfctl.recipe.stages.stage_roles`); the others in
-the recipe are ignored.
-Checkpoints (``trainer.save_every``, ``trainer.resume``) use the same layout as the PPO loop.
+the recipe are ignored. Checkpoints (``trainer.save_every``, ``trainer.resume``) use the same layout as
+the PPO loop.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.models.loading import ModelConfigError, load_tokenizer
-from rlhfctl.recipe.stages import only_roles, stage_roles
+from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.metrics import MetricsLog, first_non_finite
@@ -30,10 +30,7 @@ from rlhfctl.trainer.ppo_trainer import TrainingDiverged
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.trainer.stage_data import stage_records
 
-__all__ = ["MODEL_DIR", "StageTrainer"]
-
-MODEL_DIR = "model"
-"""Where a stage's Hugging Face model goes, under its output directory."""
+__all__ = ["StageTrainer"]
 
 
 class StageTrainer:
@@ -48,14 +45,14 @@ class StageTrainer:
         self.reporter = reporter
         self.output_dir = Path(cfg.trainer.output_dir)
         self.model_dir = self.output_dir / MODEL_DIR
-        model = cfg.roles.get(self.trained_role)
-        if model is None or model.get("model") is None:
+        role = cfg.roles.get(self.trained_role)
+        if role is None or role.get("model") is None:
             raise ModelConfigError(
                 f"roles.{self.trained_role}.model: algorithm.name={self.algorithm} trains this role's model; "
                 f"set roles.{self.trained_role}.model.config (inline) or .path"
             )
-        self.tokenizer = load_tokenizer(OmegaConf.to_container(model.model, resolve=True),
-                                        trust_remote_code=bool(model.model.trust_remote_code))
+        self.tokenizer = load_tokenizer(OmegaConf.to_container(role.model, resolve=True),
+                                        trust_remote_code=bool(role.model.trust_remote_code))
         records = stage_records(cfg, self.record_kind)
         self.train_data = self.make_dataset(records.train, records.train_source)
         self.eval_data = self.make_dataset(records.eval, records.eval_source) if records.eval else None

@@ -6,6 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.trainer.ppo_trainer import PPOTrainer, summarize
 
 __all__ = ["ALGORITHMS", "make_trainer", "run_summary"]
@@ -39,6 +40,6 @@ def run_summary(trainer: Any) -> dict[str, Any]:
         return trainer.summary()
     summary = summarize(trainer.metrics_log)
     if trainer.cfg.trainer.get("export_hf"):
-        model_dir = trainer.output_dir / "model"
+        model_dir = trainer.output_dir / MODEL_DIR
         summary["model_dir"] = str(trainer.actor.export_hf(str(model_dir)))
     return summary

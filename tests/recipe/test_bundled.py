@@ -10,7 +10,10 @@ from rlhfctl.recipe import RecipeError, load_recipe, validate_recipe
 from rlhfctl.recipe.bundled import copy_bundled, find_bundled, list_bundled
 
 _WORKERS_MISSING = importlib.util.find_spec("workers") is None
-NAMES = ["colocated-8gpu", "lora-ppo", "ppo-gae", "quickstart", "qwen2.5-0.5b-gsm8k"]
+NAMES = ["colocated-8gpu", "dpo-quickstart", "lora-ppo", "pipeline-quickstart", "ppo-gae", "quickstart", "qwen2.5-0.5b-gsm8k",
+         "reward-model-quickstart", "sft-quickstart"]
+PIPELINES = ["pipeline-quickstart"]  # pipeline files (rlhfctl pipeline), tested in tests/pipeline
+RECIPES = [name for name in NAMES if name not in PIPELINES]
 
 
 def test_the_bundled_recipes_are_listed_with_descriptions():
@@ -20,7 +23,7 @@ def test_the_bundled_recipes_are_listed_with_descriptions():
 
 
 @pytest.mark.skipif(_WORKERS_MISSING, reason="the workers package (workers.actor, ...) is not importable")
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", RECIPES)
 def test_every_bundled_recipe_validates(name, tmp_path):
     cfg = load_recipe(find_bundled(name).path)
     overrides = []
