@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from rlhfctl.recipe.errors import RecipeError
+
 LATEST = "latest"
 STATE_FILE = "trainer_state.json"
 
@@ -69,3 +71,17 @@ def read_latest(output_dir: str | Path) -> Path | None:
 def load_driver_state(checkpoint: Path) -> dict[str, Any]:
     """The driver's part of a checkpoint (step, data position, KL controller, RNG)."""
     return json.loads((checkpoint / STATE_FILE).read_text())
+
+
+def resume_point(resume: str, output_dir: str | Path) -> Path | None:
+    """The checkpoint ``trainer.resume`` asks for: none (never), the latest in output_dir (auto), or a path."""
+    resume = str(resume)
+    if resume == "never":
+        return None
+    if resume == "auto":
+        return read_latest(output_dir)
+    path = Path(resume)
+    if not (path / STATE_FILE).exists():
+        raise RecipeError(f"trainer.resume: {path} is not a checkpoint directory (it has no {STATE_FILE}); "
+                          "use auto, never, or a checkpoints/step_N directory", key_path="trainer.resume")
+    return path

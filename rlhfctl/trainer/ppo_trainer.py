@@ -86,7 +86,7 @@ class PPOTrainer:
         for future in futures:
             future.get()
         self._write_placement()
-        resume_from = self._resume_checkpoint()
+        resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
         if resume_from is not None:
             self._load(resume_from)
         self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
@@ -240,17 +240,6 @@ class PPOTrainer:
         path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
         self.saved_step = step
         self.reporter.message(f"saved checkpoint {path}")
-        return path
-
-    def _resume_checkpoint(self) -> Path | None:
-        resume = str(self.cfg.trainer.resume)
-        if resume == "never":
-            return None
-        if resume == "auto":
-            return checkpoint.read_latest(self.output_dir)
-        path = Path(resume)
-        if not (path / checkpoint.STATE_FILE).exists():
-            raise FileNotFoundError(f"trainer.resume: {path} is not a checkpoint directory (no {checkpoint.STATE_FILE})")
         return path
 
     def _load(self, path: Path) -> None:

@@ -62,3 +62,15 @@ def test_metric_helpers():
     assert mean_over_ranks({"a": 1}) == {"a": 1.0}
     assert first_non_finite({"x": 1.0, "y": float("nan")}, ("x", "y")) == "y"
     assert first_non_finite({"x": 1.0}, ("x", "z")) is None
+
+
+def test_resume_point_never_auto_and_explicit(tmp_path):
+    assert checkpoint.resume_point("never", tmp_path) is None
+    assert checkpoint.resume_point("auto", tmp_path) is None  # nothing saved yet: start fresh
+    saved = checkpoint.save_checkpoint(tmp_path, 2, {"step": 2}, lambda d: _write_role(d, "w"))
+    assert checkpoint.resume_point("auto", tmp_path) == saved
+    assert checkpoint.resume_point(str(saved), tmp_path) == saved
+    from rlhfctl.recipe.errors import RecipeError
+
+    with pytest.raises(RecipeError, match="trainer.resume: .* is not a checkpoint directory"):
+        checkpoint.resume_point(str(tmp_path), tmp_path)
