@@ -1,0 +1,228 @@
+"""Seconds per GRPO optimizer step of TRL's GRPOTrainer on the model, batch and lengths of train_step.py.
+
+    /tmp/trl-venv/bin/python benchmarks/trl_grpo_baseline.py [--size tiny|small] [--steps 8] [--json PATH]
+
+Runs in a separate virtualenv that has ``trl`` (see benchmarks/README.md); rlhfctl itself is imported
+from this checkout only for the character tokenizer, the model config builder and the "digits" task,
+none of which needs Ray. The policy is a Qwen2ForCausalLM built from a config with seeded random weights
+(nothing is downloaded). One optimizer step consumes 8 prompts x 4 samples of up to 32 new tokens, as in
+``benchmarks/train_step.py``; the first ``--warmup`` steps are left out of the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# Nothing may reach the hub: the model is built from a config and the tokenizer is code.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import trl  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
+from transformers.trainer_callback import PrinterCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from rlhfctl.models.loading import build_config  # noqa: E402
+from rlhfctl.models.tokenizer import CharTokenizer  # noqa: E402
+from rlhfctl.tasks import digits  # noqa: E402
+
+# The two sizes of benchmarks/train_step.py; "tiny" is the quickstart's model.
+SIZES = {
+    "tiny": {"label": "tiny (h64 x2)", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128},
+    "small": {"label": "small (h256 x4)", "hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 512},
+}
+COMMON_CONFIG = {"model_type": "qwen2", "num_attention_heads": 4, "num_key_value_heads": 4,
+                 "max_position_embeddings": 128}
+PROMPTS_PER_STEP = 8
+GENERATIONS = 4
+MAX_NEW_TOKENS = 32
+NUM_PROMPTS = 64
+SEED = 0
+
+
+def build_model(size: str, tokenizer: CharTokenizer) -> torch.nn.Module:
+    """Qwen2ForCausalLM from a config, seeded random init, float32: the same config rlhfctl builds."""
+    spec = SIZES[size]
+    fields = {**COMMON_CONFIG, **{k: v for k, v in spec.items() if k != "label"}}
+    config = build_config({"config": fields}, tokenizer)  # vocab 100 and pad/eos/bos ids from the tokenizer
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def digits_reward(prompts: list[str], completions: list[str], ground_truth: list[str], **_: object) -> list[float]:
+    """``rlhfctl.tasks.digits.score`` under TRL's reward signature (extra kwargs: trainer_state, log_* ...)."""
+    return digits.score(list(prompts), list(completions), ground_truth=list(ground_truth))
+
+
+class StepTimer(TrainerCallback):
+    """perf_counter at the start and end of every optimizer step (generation + reward + loss + update).
+
+    ``wrap_generate`` also sums the time spent in the policy's ``generate`` per step, so the step splits
+    into generation and the rest (reward, advantages, loss forward/backward, optimizer step).
+    """
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.generate: list[float] = []
+
+    def wrap_generate(self, model: torch.nn.Module) -> None:
+        inner = model.generate
+
+        def timed_generate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                if self.generate:
+                    self.generate[-1] += time.perf_counter() - start
+
+        model.generate = timed_generate  # TRL calls generate on the unwrapped policy, i.e. this instance
+
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, D102
+        self.generate.append(0.0)
+        self.starts.append(time.perf_counter())
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, D102
+        self.ends.append(time.perf_counter())
+
+
+def make_args(out_dir: str, total_steps: int, beta: float) -> GRPOConfig:
+    # One optimizer step per generation batch: per_device_train_batch_size counts *completions*, so 32 rows
+    # = 8 prompts x 4 generations; gradient_accumulation_steps=1 makes steps_per_generation=1 and
+    # generation_batch_size=32, and num_iterations=1 keeps it on-policy (no separate old-logprob pass).
+    return GRPOConfig(
+        output_dir=out_dir,
+        per_device_train_batch_size=PROMPTS_PER_STEP * GENERATIONS,
+        gradient_accumulation_steps=1,
+        num_generations=GENERATIONS,
+        num_iterations=1,
+        max_completion_length=MAX_NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=beta,
+        learning_rate=1e-3,
+        lr_scheduler_type="constant",
+        max_grad_norm=1.0,
+        max_steps=total_steps,
+        use_vllm=False,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,  # TRL's default is True; rlhfctl's quickstart does not checkpoint
+        logging_strategy="no",
+        save_strategy="no",
+        eval_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+        seed=SEED,
+    )
+
+
+def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) -> dict:
+    if threads:
+        torch.set_num_threads(threads)
+    tokenizer = CharTokenizer()
+    model = build_model(size, tokenizer)
+    dataset = Dataset.from_list(digits.make_prompts(NUM_PROMPTS, seed=SEED))  # columns: prompt, ground_truth
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory(prefix="trl-grpo-") as out_dir:
+        if beta != 0.0:
+            # With beta > 0 TRL rebuilds the reference from the policy's name_or_path: give it a local one.
+            model_dir = Path(out_dir) / "init"
+            model.save_pretrained(model_dir)
+            model = AutoModelForCausalLM.from_pretrained(model_dir)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=digits_reward,
+            args=make_args(out_dir, warmup + steps, beta),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
+        timer.wrap_generate(model)
+        trainer.remove_callback(PrinterCallback)  # disable_tqdm adds it; it would print the end-of-run summary
+        t0 = time.perf_counter()
+        trainer.train()
+        total = time.perf_counter() - t0
+    durations = [end - start for start, end in zip(timer.starts, timer.ends)]
+    timed = durations[warmup:] or durations
+    generate = timer.generate[warmup:] or timer.generate
+    return {
+        "framework": f"trl {trl.__version__}",
+        "model": SIZES[size]["label"],
+        "size": size,
+        "params": sum(p.numel() for p in trainer.model.parameters()),
+        "prompts_per_step": PROMPTS_PER_STEP,
+        "generations": GENERATIONS,
+        "max_completion_length": MAX_NEW_TOKENS,
+        "beta": beta,
+        "torch_threads": torch.get_num_threads(),
+        "warmup_steps": warmup,
+        "timed_steps": len(timed),
+        "median_s_per_step": statistics.median(timed),
+        "mean_s_per_step": statistics.mean(timed),
+        "min_s_per_step": min(timed),
+        "max_s_per_step": max(timed),
+        "median_generate_s": statistics.median(generate),
+        "all_step_seconds": durations,
+        "all_generate_seconds": timer.generate,
+        "train_wall_s": total,
+        "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
+                     "python": platform.python_version()},
+        "load_avg_after": list(os.getloadavg()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--steps", type=int, default=8, help="timed optimizer steps (default 8)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    parser.add_argument("--beta", type=float, default=0.0,
+                        help="KL coefficient; 0.0 (TRL's default) skips the reference model, 0.001 matches the "
+                             "quickstart's KL loss")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    transformers.utils.logging.disable_progress_bar()
+    result = run(args.size, args.steps, args.warmup, args.beta, args.threads)
+    print(f"{result['framework']}  {result['model']}  {result['params']:,} params  beta={result['beta']}  "
+          f"torch threads={result['torch_threads']}")
+    print(f"{PROMPTS_PER_STEP} prompts x {GENERATIONS} generations, <= {MAX_NEW_TOKENS} new tokens; "
+          f"{result['timed_steps']} timed steps after {result['warmup_steps']} warm-up")
+    print(f"median {result['median_s_per_step']:.3f} s/step  (mean {result['mean_s_per_step']:.3f}, "
+          f"min {result['min_s_per_step']:.3f}, max {result['max_s_per_step']:.3f}); "
+          f"of which generate {result['median_generate_s']:.3f} s (median)")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
