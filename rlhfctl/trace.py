@@ -158,7 +158,8 @@ def brief_summary(summary: dict[str, Any], top: int = 3) -> dict[str, str]:
     share = summary.get("orchestration_share")
     brief = {"dispatch/calls": str(summary["calls"]),
              "dispatch/orchestration": f"{100 * share:.1f}% of step time" if share is not None else "n/a"}
-    for name, entry in list(summary["methods"].items())[:top]:
+    in_steps = [(name, entry) for name, entry in summary["methods"].items() if not name.endswith(".init_model")]
+    for name, entry in in_steps[:top]:
         imbalance = f", rank imbalance {entry['imbalance']:.2f}x" if entry.get("imbalance") else ""
         brief[f"dispatch/{name}"] = f"{entry['calls']} calls, {entry['total_s']:.2f} s total{imbalance}"
     return brief

@@ -22,6 +22,7 @@ from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
+from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
@@ -134,6 +135,8 @@ class PPOTrainer:
         with timer("advantages"):
             batch = self._advantages(batch, prompts)
         metrics: dict[str, float] = {}
+        if self.cfg.trainer.balance_batch:
+            batch = self._balanced(batch, metrics)
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(mean_over_ranks(self.critic.update_critic(batch)))
@@ -192,6 +195,17 @@ class PPOTrainer:
         )
         tensors.update(advantages=advantages, returns=returns)
         return batch.union(DataProto.from_dict(tensors=tensors))
+
+    def _balanced(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
+        """Reorder samples so the actor's ranks get similar token counts (trainer.balance_batch)."""
+        ranks = self.actor.world_size
+        tokens = batch.batch["attention_mask"].sum(-1).numpy()
+        order = balanced_order(tokens, ranks)
+        balanced = batch[order]
+        before, after = shard_token_totals(tokens, ranks), shard_token_totals(tokens[order], ranks)
+        metrics["balance/max_over_min_before"] = max(before) / max(min(before), 1)
+        metrics["balance/max_over_min_after"] = max(after) / max(min(after), 1)
+        return balanced
 
     def _remax_baselines(self, prompts: DataProto) -> Any:
         """ReMax's baseline: the reward of the greedy response to each prompt, one per sample."""
