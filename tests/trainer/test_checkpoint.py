@@ -74,3 +74,16 @@ def test_resume_point_never_auto_and_explicit(tmp_path):
 
     with pytest.raises(RecipeError, match="trainer.resume: .* is not a checkpoint directory"):
         checkpoint.resume_point(str(tmp_path), tmp_path)
+
+
+def test_a_non_finite_metric_stops_training_naming_metric_phase_and_step(tmp_path):
+    from types import SimpleNamespace
+
+    from rlhfctl.cli.errors import EXIT_DIVERGED, exit_code_for
+    from rlhfctl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
+
+    fake = SimpleNamespace(output_dir=tmp_path)
+    PPOTrainer._check_finite(fake, 3, {"reward/mean": 0.5, "actor/pg_loss": 0.1})  # finite: no error
+    with pytest.raises(TrainingDiverged, match=r"step 7: actor/pg_loss is nan \(phase: actor\).*last good checkpoint") as caught:
+        PPOTrainer._check_finite(fake, 7, {"reward/mean": 0.5, "actor/pg_loss": float("nan")})
+    assert exit_code_for(caught.value) == EXIT_DIVERGED == 4

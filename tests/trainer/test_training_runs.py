@@ -24,8 +24,19 @@ def train(recipe: str, tmp_path: Path, *overrides: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_grpo_mean_reward_at_least_doubles(ray_session, tmp_path):
-    records = train("quickstart.yaml", tmp_path, "trainer.total_steps=40")
+def test_the_quickstart_command_learns_the_mean_reward_at_least_doubles(tmp_path):
+    """The README's main command, as a user runs it: last 5 steps' mean reward >= 2x the first 5."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "rlhfctl.cli", "train", "recipes/quickstart.yaml",
+                           f"trainer.output_dir={tmp_path}"], cwd=RECIPES.parent, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert time.monotonic() - started < 600
+    records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == list(range(1, 41))
     first = sum(r["reward/mean"] for r in records[:5]) / 5
     last = sum(r["reward/mean"] for r in records[-5:]) / 5
@@ -34,6 +45,7 @@ def test_grpo_mean_reward_at_least_doubles(ray_session, tmp_path):
                 "actor/entropy", "actor/grad_norm", "actor/lr", "actor/kl_loss", "time/generate",
                 "time/update_actor", "perf/tokens_per_s"):
         assert key in records[-1], key
+    assert "run finished" in done.stdout and "dispatch/orchestration" in done.stdout
 
 
 def test_ppo_gae_with_a_critic_lowers_the_value_loss(ray_session, tmp_path):
