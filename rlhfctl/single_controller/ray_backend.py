@@ -221,9 +221,9 @@ class RayWorkerGroup(WorkerGroup):
 
         Colocated groups share hosts, so one drain returns the spans of every role on them.
         """
-        import ray
-
-        per_rank = ray.get([handle.drain_spans.remote() for handle in self._hosts.handles], timeout=60)
+        refs = [handle.drain_spans.remote() for handle in self._hosts.handles]
+        per_rank = _wait_for(refs, list(range(len(refs))), self.role, "drain_spans", self.call_timeout_s,
+                             self.worker_cls.__name__)
         return [(rank, *span) for rank, spans in enumerate(per_rank) for span in spans]
 
     def shutdown(self) -> None:
