@@ -78,3 +78,14 @@ def test_an_installed_copy_under_recipes_bundled_is_found(tmp_path, monkeypatch)
     recipes = list_bundled()
     assert [(recipe.name, recipe.description) for recipe in recipes] == [("mine", "An installed recipe.")]
     assert find_bundled("mine").path == package / "recipes_bundled" / "mine.yaml"
+
+
+@pytest.mark.skipif(_WORKERS_MISSING, reason="the workers package (workers.actor, ...) is not importable")
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b-gsm8k", "colocated-8gpu"])
+def test_gpu_recipes_validate_from_the_repository_root_with_the_bundled_sample(monkeypatch, name):
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    report = validate_recipe(load_recipe(find_bundled(name).path))
+    assert report.errors == []
+    assert any("GPU" in str(issue) for issue in report.warnings)  # no GPU here: a warning, not an error
