@@ -292,8 +292,3 @@ def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:
         "time/step_mean": sum(r.get("time/step", math.nan) for r in records) / len(records),
         "metrics_file": str(metrics_log.path),
     }
-
-
-def dump_json(path: Path, value: Any) -> None:
-    """Write a JSON file (used for run summaries)."""
-    path.write_text(json.dumps(value, indent=1))
