@@ -84,24 +84,28 @@ def _looks_local(path: str) -> bool:
 
 def check_models(cfg: Any) -> list[Issue]:
     """Errors for local model paths that do not exist and inline configs too short for prompt + response."""
-    issues = []
     needed = int(cfg.data.max_prompt_length) + int(cfg.rollout.max_new_tokens)
+    issues = []
     for role in present_roles(cfg):
         model = cfg.roles[role].get("model")
-        if model is None:
-            continue
-        for field in ("path", "tokenizer_path"):
-            value = model.get(field)
-            if value and _looks_local(str(value)) and not Path(os.path.expanduser(str(value))).exists():
-                key = f"roles.{role}.model.{field}"
-                issues.append(error(key, f"{key}: local path not found: {value}"))
-        config = model.get("config")
-        limit = config.get("max_position_embeddings") if config is not None and not model.get("path") else None
-        if isinstance(limit, int) and limit < needed:
-            key = f"roles.{role}.model.config.max_position_embeddings"
-            issues.append(error(key, (
-                f"{key}: {limit} positions cannot hold data.max_prompt_length + rollout.max_new_tokens = {needed}"
-            )))
+        if model is not None:
+            issues += check_model(role, model, needed, "data.max_prompt_length + rollout.max_new_tokens")
+    return issues
+
+
+def check_model(role: str, model: Any, needed_positions: int, needed_by: str) -> list[Issue]:
+    """One role's model: local paths that do not exist, and inline configs with too few positions."""
+    issues = []
+    for field in ("path", "tokenizer_path"):
+        value = model.get(field)
+        if value and _looks_local(str(value)) and not Path(os.path.expanduser(str(value))).exists():
+            key = f"roles.{role}.model.{field}"
+            issues.append(error(key, f"{key}: local path not found: {value}"))
+    config = model.get("config")
+    limit = config.get("max_position_embeddings") if config is not None and not model.get("path") else None
+    if isinstance(limit, int) and limit < needed_positions:
+        key = f"roles.{role}.model.config.max_position_embeddings"
+        issues.append(error(key, f"{key}: {limit} positions cannot hold {needed_by} = {needed_positions}"))
     return issues
 
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from rlhfctl.recipe.check_data import check_data
-from rlhfctl.recipe.check_runtime import check_pools, check_resume
+from rlhfctl.recipe.check_runtime import check_model, check_pools, check_resume
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import PoolInfo
@@ -109,27 +107,12 @@ def _evaluation(cfg: Any) -> list[Issue]:
     return []
 
 
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
-
-
 def _models(cfg: Any, roles: dict[str, tuple[str, ...]]) -> list[Issue]:
     issues = []
-    needed = int(cfg.data.max_length)
     for role in roles:
         model = cfg.roles[role].get("model") or (cfg.roles.actor.get("model") if role == "reference" else None)
-        if model is None:
-            continue
-        for field in ("path", "tokenizer_path"):
-            value = model.get(field)
-            if value and _looks_local(str(value)) and not Path(os.path.expanduser(str(value))).exists():
-                key = f"roles.{role}.model.{field}"
-                issues.append(error(key, f"{key}: local path not found: {value}"))
-        config = model.get("config")
-        limit = config.get("max_position_embeddings") if config is not None and not model.get("path") else None
-        if isinstance(limit, int) and limit < needed:
-            key = f"roles.{role}.model.config.max_position_embeddings"
-            issues.append(error(key, f"{key}: {limit} positions cannot hold data.max_length = {needed} tokens"))
+        if model is not None:
+            issues += check_model(role, model, int(cfg.data.max_length), "data.max_length")
     return issues
 
 

@@ -7,7 +7,6 @@ driver) -> update critic -> update actor -> metrics. Each phase is one call on a
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import time
 from contextlib import contextmanager
@@ -20,12 +19,12 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
+from rlhfctl.trainer.runtime import TrainerRuntime
 
 
 class TrainingDiverged(RuntimeError):
@@ -48,7 +47,7 @@ class PhaseTimer:
         return {f"time/{phase}": seconds for phase, seconds in self.seconds.items()}
 
 
-class PPOTrainer:
+class PPOTrainer(TrainerRuntime):
     """Drives the role worker groups through PPO-family training steps."""
 
     def __init__(self, cfg: DictConfig, reporter: Any, groups: RoleGroups | None = None) -> None:
@@ -72,32 +71,7 @@ class PPOTrainer:
         self.critic = self.groups.get("critic")
         lora_reference = cfg.roles.actor.lora is not None and self.groups.get("reference") is None
         self.reference = self.actor if lora_reference else self.groups.get("reference")
-        self.start_step = 0
-        self.completed_step = 0
-        self.saved_step = 0
-        # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
-        self.trace = TraceRecorder()
-        for group in self.groups.all():
-            group.observers.append(self.trace)
-
-    # ------------------------------------------------------------------ setup
-    def setup(self) -> None:
-        """Build every role's model (in parallel), then resume if the recipe asks to."""
-        futures = [group.submit("init_model") for group in self.groups.all()]
-        for future in futures:
-            future.get()
-        self._write_placement()
-        resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
-        if resume_from is not None:
-            self._load(resume_from)
-        self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
-        (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
-
-    def _write_placement(self) -> None:
-        """``workers.json``: each role's ranks with pid and node, for operators (and the fault tests)."""
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        placement = {role: group.describe_process() for role, group in self.groups.groups.items()}
-        (self.output_dir / "workers.json").write_text(json.dumps(placement, indent=1))
+        self._start_runtime()
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -108,8 +82,7 @@ class PPOTrainer:
             self.reporter.step_started(step, total)
             step_start = time.time()
             metrics = self.train_step(step)
-            self.trace.record_step(step, step_start, time.time())
-            self.trace.drain_workers(self.groups.all())
+            self.record_step_trace(step, step_start, time.time())
             if cfg.val_every and (step % cfg.val_every == 0 or step == total):
                 metrics.update(self.validate())
             self.metrics_log.write(step, metrics)
@@ -236,46 +209,16 @@ class PPOTrainer:
             )
 
     # ------------------------------------------------------------------ checkpoints
-    def _trainable_groups(self) -> list:
+    def trainable_groups(self) -> list:
+        """Actor and critic hold training state; reference and reward are rebuilt from the recipe."""
         return [group for group in (self.actor, self.critic) if group is not None]
 
-    def save(self, step: int) -> Path:
-        """An atomic checkpoint of every trainable role and the driver's own state."""
-        state = {
-            "step": step,
-            "batcher": self.batcher.state_dict(),
-            "kl_controller": self.kl_controller.state_dict(),
-        }
+    def driver_state(self) -> dict[str, Any]:
+        """The KL controller's coefficient (adaptive controllers change it)."""
+        return {"kl_controller": self.kl_controller.state_dict()}
 
-        def save_roles(directory: Path) -> None:
-            for group in self._trainable_groups():
-                group.save_checkpoint(str(directory))
-
-        path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
-        self.saved_step = step
-        self.reporter.message(f"saved checkpoint {path}")
-        return path
-
-    def _load(self, path: Path) -> None:
-        state = checkpoint.load_driver_state(path)
-        for group in self._trainable_groups():
-            group.load_checkpoint(str(path))
-        self.batcher.load_state_dict(state["batcher"])
+    def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.kl_controller.load_state_dict(state["kl_controller"])
-        self.start_step = self.completed_step = self.saved_step = int(state["step"])
-        self.reporter.message(f"resumed from {path} at step {self.start_step}")
-
-    def write_trace(self) -> Path | None:
-        """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
-        return self.trace.write(self.output_dir) if self.cfg.trainer.trace else None
-
-    def trace_summary(self) -> dict[str, Any]:
-        """The dispatch summary of this run so far (calls, time per method, orchestration share)."""
-        return summarize_trace(self.trace.to_chrome_trace())
-
-    def shutdown(self) -> None:
-        """Stop the worker processes."""
-        self.groups.shutdown()
 
 
 def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:

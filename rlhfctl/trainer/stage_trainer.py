@@ -13,7 +13,6 @@ the PPO loop.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,17 +22,16 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.models.loading import ModelConfigError, load_tokenizer
 from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
-from rlhfctl.trace import TraceRecorder, summarize_trace
-from rlhfctl.trainer import checkpoint
-from rlhfctl.trainer.metrics import MetricsLog, first_non_finite
+from rlhfctl.trainer.metrics import first_non_finite
 from rlhfctl.trainer.ppo_trainer import TrainingDiverged
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
+from rlhfctl.trainer.runtime import TrainerRuntime
 from rlhfctl.trainer.stage_data import stage_records
 
 __all__ = ["StageTrainer"]
 
 
-class StageTrainer:
+class StageTrainer(TrainerRuntime):
     """Base of the sft, reward_model and dpo trainers; subclasses say what a step and an evaluation do."""
 
     algorithm: ClassVar[str] = ""
@@ -59,11 +57,7 @@ class StageTrainer:
         self.batcher = PromptBatcher(self.train_data, cfg.trainer.batch_size, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle)
         self.groups = groups or build_role_groups(only_roles(cfg, self.roles_used()), call_timeout_s=cfg.trainer.call_timeout_s)
         self.trained = self.groups[self.trained_role]
-        self.start_step = self.completed_step = self.saved_step = 0
-        # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
-        self.trace = TraceRecorder()
-        for group in self.groups.all():
-            group.observers.append(self.trace)
+        self._start_runtime()
 
     # ------------------------------------------------------------------ what subclasses define
     def roles_used(self) -> set[str]:
@@ -89,20 +83,6 @@ class StageTrainer:
         return [rows[start : start + size] for start in range(0, len(rows), size)]
 
     # ------------------------------------------------------------------ setup and loop
-    def setup(self) -> None:
-        """Build the models (every group in parallel), then resume if the recipe asks to."""
-        futures = [group.submit("init_model") for group in self.groups.all()]
-        for future in futures:
-            future.get()
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        placement = {role: group.describe_process() for role, group in self.groups.groups.items()}
-        (self.output_dir / "workers.json").write_text(json.dumps(placement, indent=1))
-        resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
-        if resume_from is not None:
-            self._load(resume_from)
-        self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
-        (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
-
     def fit(self) -> dict[str, float]:
         """Train to ``trainer.total_steps``, evaluating as configured, then export the model; returns the last metrics."""
         trainer, total = self.cfg.trainer, int(self.cfg.trainer.total_steps)
@@ -111,8 +91,7 @@ class StageTrainer:
             self.reporter.step_started(step, total)
             step_start = time.time()
             metrics = self.train_step()
-            self.trace.record_step(step, step_start, time.time())
-            self.trace.drain_workers(self.groups.all())
+            self.record_step_trace(step, step_start, time.time())
             if self.eval_data is not None and (step == total or (trainer.val_every and step % trainer.val_every == 0)):
                 metrics.update(self.evaluate())
             self._check_finite(step, metrics)
@@ -165,34 +144,6 @@ class StageTrainer:
         return summary
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, step: int) -> Path:
-        """An atomic checkpoint of the trained role and the data position."""
-        state = {"step": step, "batcher": self.batcher.state_dict()}
-
-        def save_roles(directory: Path) -> None:
-            self.trained.save_checkpoint(str(directory))
-
-        path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
-        self.saved_step = step
-        self.reporter.message(f"saved checkpoint {path}")
-        return path
-
-    def _load(self, path: Path) -> None:
-        state = checkpoint.load_driver_state(path)
-        self.trained.load_checkpoint(str(path))
-        self.batcher.load_state_dict(state["batcher"])
-        self.start_step = self.completed_step = self.saved_step = int(state["step"])
-        self.reporter.message(f"resumed from {path} at step {self.start_step}")
-
-    def write_trace(self) -> Path | None:
-        """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
-        return self.trace.write(self.output_dir) if self.cfg.trainer.trace else None
-
-    def trace_summary(self) -> dict[str, Any]:
-        """The dispatch summary of this run so far (calls, time per method, orchestration share)."""
-        return summarize_trace(self.trace.to_chrome_trace())
-
-    def shutdown(self) -> None:
-        """Stop the worker processes."""
-        self.groups.shutdown()
-
+    def trainable_groups(self) -> list:
+        """The trained role's group."""
+        return [self.trained]

@@ -1,0 +1,107 @@
+"""What every trainer does around its loop: start the workers, record the trace, checkpoint, resume, stop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlhfctl.trace import TraceRecorder, summarize_trace
+from rlhfctl.trainer import checkpoint
+from rlhfctl.trainer.metrics import MetricsLog
+from rlhfctl.trainer.role_groups import RoleGroups
+
+
+class TrainerRuntime:
+    """Base of the PPO and stage trainers; subclasses provide the loop and say which groups train.
+
+    Subclasses set ``cfg``, ``reporter``, ``output_dir``, ``batcher`` and ``groups`` in ``__init__``,
+    then call :meth:`_start_runtime`.
+    """
+
+    cfg: DictConfig
+    reporter: Any
+    output_dir: Path
+    groups: RoleGroups
+    batcher: Any
+
+    def _start_runtime(self) -> None:
+        self.start_step = self.completed_step = self.saved_step = 0
+        # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
+        self.trace = TraceRecorder()
+        for group in self.groups.all():
+            group.observers.append(self.trace)
+
+    # ------------------------------------------------------------------ what subclasses define
+    def trainable_groups(self) -> list:
+        """The groups whose state a checkpoint holds."""
+        raise NotImplementedError
+
+    def driver_state(self) -> dict[str, Any]:
+        """Extra driver-side state to checkpoint (beyond the step and the data position)."""
+        return {}
+
+    def restore_driver_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`driver_state` saved."""
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        """Build every role's model (in parallel), then resume if the recipe asks to."""
+        futures = [group.submit("init_model") for group in self.groups.all()]
+        for future in futures:
+            future.get()
+        self._write_placement()
+        resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
+        if resume_from is not None:
+            self._load(resume_from)
+        self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
+        (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
+
+    def _write_placement(self) -> None:
+        """``workers.json``: each role's ranks with pid and node, for operators (and the fault tests)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        placement = {role: group.describe_process() for role, group in self.groups.groups.items()}
+        (self.output_dir / "workers.json").write_text(json.dumps(placement, indent=1))
+
+    def record_step_trace(self, step: int, start: float, end: float) -> None:
+        """Close a step in the trace and fetch the ranks' spans."""
+        self.trace.record_step(step, start, end)
+        self.trace.drain_workers(self.groups.all())
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, step: int) -> Path:
+        """An atomic checkpoint of every trainable role and the driver's own state."""
+        state = {"step": step, "batcher": self.batcher.state_dict(), **self.driver_state()}
+
+        def save_roles(directory: Path) -> None:
+            for group in self.trainable_groups():
+                group.save_checkpoint(str(directory))
+
+        path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
+        self.saved_step = step
+        self.reporter.message(f"saved checkpoint {path}")
+        return path
+
+    def _load(self, path: Path) -> None:
+        state = checkpoint.load_driver_state(path)
+        for group in self.trainable_groups():
+            group.load_checkpoint(str(path))
+        self.batcher.load_state_dict(state["batcher"])
+        self.restore_driver_state(state)
+        self.start_step = self.completed_step = self.saved_step = int(state["step"])
+        self.reporter.message(f"resumed from {path} at step {self.start_step}")
+
+    # ------------------------------------------------------------------ trace and shutdown
+    def write_trace(self) -> Path | None:
+        """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
+        return self.trace.write(self.output_dir) if self.cfg.trainer.trace else None
+
+    def trace_summary(self) -> dict[str, Any]:
+        """The dispatch summary of this run so far (calls, time per method, orchestration share)."""
+        return summarize_trace(self.trace.to_chrome_trace())
+
+    def shutdown(self) -> None:
+        """Stop the worker processes."""
+        self.groups.shutdown()
