@@ -7,10 +7,10 @@ A DataProto holds three things that share the batch dimension:
 - ``meta_info``: a plain dict that is not split (it travels whole to every shard).
 
 Across Ray it pickles its tensors as numpy arrays, which Ray's object store ships as out-of-band
-buffers (no torch.save, no pickling of tensor storage). The receiver copies each buffer once out of
-shared memory so in-place edits stay private; ``RLHFCTL_ZERO_COPY=1`` skips that copy for workers
-that never write in place. Every DataProto method here returns new objects and never mutates its
-inputs.
+buffers (no torch.save, no pickling of tensor storage), and the receiver's tensors are zero-copy
+views of that shared memory: treat received tensors as read-only (``RLHFCTL_CHECK_INPUTS=1`` catches
+a worker that writes into them; ``RLHFCTL_ZERO_COPY=0`` makes every receiver copy once instead).
+Every DataProto method here returns new objects and never mutates its inputs.
 """
 
 from __future__ import annotations
@@ -61,10 +61,11 @@ def _tensor_to_numpy(tensor: torch.Tensor) -> tuple[str, np.ndarray]:
 
 
 # Arrays read from Ray's object store are views of shared memory that torch cannot protect: an
-# in-place write would change what every other reader of the same object sees. By default a
-# receiver therefore copies them once (a memcpy); RLHFCTL_ZERO_COPY=1 keeps the shared views for
-# workers known never to write in place.
-ZERO_COPY = os.environ.get("RLHFCTL_ZERO_COPY", "0") == "1"
+# in-place write would change what every other reader of the same object sees. By default they stay
+# views (zero-copy); rlhfctl's workers never write into their inputs, which the test suite checks
+# with RLHFCTL_CHECK_INPUTS=1 (single_controller/input_guard.py). RLHFCTL_ZERO_COPY=0 makes every
+# receiver copy once (a memcpy) for worker code that cannot promise that.
+ZERO_COPY = os.environ.get("RLHFCTL_ZERO_COPY", "1") != "0"
 
 
 def _numpy_to_tensor(dtype_name: str, array: np.ndarray) -> torch.Tensor:

@@ -7,6 +7,9 @@ import os
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every registered worker method fails if it writes in place into a batch it was sent (received
+# tensors are zero-copy views of shared memory); set before Ray starts so the workers inherit it.
+os.environ.setdefault("RLHFCTL_CHECK_INPUTS", "1")
 
 
 @pytest.fixture(scope="session")

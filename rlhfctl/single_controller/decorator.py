@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rlhfctl.single_controller.futures import materialize
+from rlhfctl.single_controller.input_guard import check_inputs_enabled, fingerprint_inputs, verify_inputs
 
 __all__ = [
     "Dispatch",
@@ -147,18 +148,28 @@ def register(
             def inner(*args: Any, **kwargs: Any) -> Any:
                 args = tuple(materialize(arg) for arg in args)
                 kwargs = {key: materialize(value) for key, value in kwargs.items()}
-                return method(*args, **kwargs)
+                return _call_checked(method, args, kwargs)
 
         else:
 
             @functools.wraps(method)
             def inner(*args: Any, **kwargs: Any) -> Any:
-                return method(*args, **kwargs)
+                return _call_checked(method, args, kwargs)
 
         setattr(inner, _SPEC_ATTR, spec)
         return inner
 
     return decorator
+
+
+def _call_checked(method: Callable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call ``method``; with RLHFCTL_CHECK_INPUTS=1, fail if it wrote in place into a DataProto it was sent."""
+    if not check_inputs_enabled():
+        return method(*args, **kwargs)
+    before = fingerprint_inputs(args, kwargs)
+    result = method(*args, **kwargs)
+    verify_inputs(before, method.__qualname__)
+    return result
 
 
 def get_dispatch_spec(method: Callable) -> DispatchSpec | None:

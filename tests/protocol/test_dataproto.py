@@ -397,30 +397,34 @@ def _big_dataproto() -> DataProto:
     )
 
 
-def test_ray_round_trip_is_equal_and_in_place_edits_stay_private(ray_session):
+def test_copy_mode_gives_each_receiver_a_private_copy(ray_session, monkeypatch):
     import ray
 
+    import rlhfctl.protocol
+
+    monkeypatch.setattr(rlhfctl.protocol, "ZERO_COPY", False)  # what RLHFCTL_ZERO_COPY=0 selects
     dp = _big_dataproto()
     ref = ray.put(dp)
     first, second = ray.get(ref), ray.get(ref)
     assert first.equals(dp)
     assert first.batch["bf16"].dtype == torch.bfloat16
-    # By default the receiver copies out of shared memory once, so an in-place write is private.
+    # The receiver copies out of shared memory once, so an in-place write is private.
     assert first.batch["ids"].data_ptr() != second.batch["ids"].data_ptr()
     first.batch["ids"].add_(1)
     assert torch.equal(ray.get(ref).batch["ids"], dp.batch["ids"])
 
 
-def test_zero_copy_mode_maps_the_object_store_memory(ray_session, monkeypatch):
+def test_received_tensors_are_zero_copy_views_of_the_object_store_by_default(ray_session):
     import ray
 
     import rlhfctl.protocol
 
-    monkeypatch.setattr(rlhfctl.protocol, "ZERO_COPY", True)
+    assert rlhfctl.protocol.ZERO_COPY  # the default (RLHFCTL_ZERO_COPY unset)
     dp = _big_dataproto()
     ref = ray.put(dp)
     first, second = ray.get(ref), ray.get(ref)
     assert first.equals(dp)
+    assert first.batch["bf16"].dtype == torch.bfloat16
     # Two gets map the same shared memory, which is neither the sender's memory nor a private copy.
     assert first.batch["ids"].data_ptr() == second.batch["ids"].data_ptr()
     assert first.batch["ids"].data_ptr() != dp.batch["ids"].data_ptr()

@@ -73,14 +73,20 @@ def test_local_future_passes_between_local_groups(echo_groups):
     assert out.batch["x"].tolist() == [10.0 * (i + 1) for i in range(5)]
 
 
-def test_in_place_writes_in_a_worker_stay_private_to_that_worker(echo_groups):
-    group = echo_groups("ray", 2)
+@pytest.mark.parametrize("backend", ["ray", "local"])
+def test_a_worker_writing_into_its_input_is_caught_with_the_input_check(echo_groups, backend):
+    """Received tensors are shared views (object store, or the driver's own on the local backend);
+    the test suite runs with RLHFCTL_CHECK_INPUTS=1, which turns such a write into a named error."""
+    from rlhfctl.single_controller import WorkerMethodError
+
+    group = echo_groups(backend, 2)
     big = DataProto.from_dict(tensors={"x": torch.zeros(40_000)}, non_tensors={"tag": np.zeros(40_000)})
-    source = echo_groups("ray", 2).add_one_later(big)
-    out = group.write_in_place(source)  # each rank adds 1 in place to what it received
-    assert out.batch["x"].sum().item() == 2 * 40_000.0
-    assert source.get().batch["x"].sum().item() == 40_000.0  # the shared object is unchanged
-    assert big.batch["x"].sum().item() == 0.0
+    with pytest.raises(WorkerMethodError) as caught:
+        group.write_in_place(echo_groups(backend, 2).add_one_later(big))  # each rank adds 1 in place
+    assert caught.value.rank == 0
+    assert "InputWrittenError" in caught.value.detail
+    assert "write_in_place wrote in place into tensor 'x' of its positional argument 1" in caught.value.detail
+    assert big.batch["x"].sum().item() == 0.0  # the driver's batch was never touched
 
 
 def test_chaining_into_one_to_all_works_when_the_source_group_is_observed(echo_groups):
