@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from rlhfctl.protocol import DataProto
-from workers.forward import cache_from, lm_forward
+from workers.forward import base_model, cache_from, lm_forward
+from workers.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 
 __all__ = ["SamplingParams", "eos_token_ids", "filter_logits", "generate_batch", "sample_responses"]
@@ -125,20 +126,34 @@ def sample_responses(
     eos_ids: list[int],
     pad_id: int,
     generator: torch.Generator | None = None,
+    samples_per_prompt: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decode from left-padded prompts; returns ``responses`` (B, max_new_tokens) padded with
-    ``pad_id`` after the first EOS, and ``response_mask`` (1 up to and including that EOS)."""
-    rows = input_ids.shape[0]
+    """Decode ``samples_per_prompt`` continuations of each left-padded prompt (consecutive rows);
+    returns ``responses`` (B * samples_per_prompt, max_new_tokens) padded with ``pad_id`` after the
+    first EOS, and ``response_mask`` (1 up to and including that EOS)."""
     device = input_ids.device
     eos = torch.tensor(eos_ids, device=device)
+    repeats = int(samples_per_prompt)
+    # The cache has room for the whole rollout up front; None falls back to the model's own cache.
+    cache = preallocated_cache(base_model(model), input_ids.shape[1] + params.max_new_tokens)
+    if cache is None and repeats > 1:  # the model's own cache cannot fan out: repeat the prompts first
+        input_ids, attention_mask = input_ids.repeat_interleave(repeats, 0), attention_mask.repeat_interleave(repeats, 0)
+        repeats = 1
     mask = attention_mask.to(device)
     positions = position_ids_from_mask(mask)
-    output = lm_forward(model, input_ids, mask, positions, use_cache=True, logits_to_keep=1)
+    output = lm_forward(model, input_ids, mask, positions, cache=cache, use_cache=True, logits_to_keep=1)
+    cache, logits = cache_from(output), output.logits[:, -1, :]
+    if repeats > 1:
+        # One prompt pass per distinct prompt; each of its samples continues from its own copy of the cache.
+        cache.batch_repeat_interleave(repeats)
+        logits = logits.repeat_interleave(repeats, 0)
+        mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
+    rows = mask.shape[0]
     next_position = positions[:, -1:] + 1
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, valid = [], []
     for step in range(params.max_new_tokens):
-        chosen = _next_tokens(output.logits[:, -1, :], params, generator)
+        chosen = _next_tokens(logits, params, generator)
         chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
         tokens.append(chosen)
         valid.append(~finished)
@@ -147,8 +162,9 @@ def sample_responses(
             break
         mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
         output = lm_forward(
-            model, chosen.unsqueeze(-1), mask, next_position, cache=cache_from(output), use_cache=True, logits_to_keep=1
+            model, chosen.unsqueeze(-1), mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
         )
+        cache, logits = cache_from(output), output.logits[:, -1, :]
         next_position = next_position + 1
     responses = torch.full((rows, params.max_new_tokens), pad_id, dtype=input_ids.dtype, device=device)
     response_mask = torch.zeros((rows, params.max_new_tokens), dtype=attention_mask.dtype, device=device)
@@ -182,12 +198,13 @@ def generate_batch(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_token_ids(tokenizer, model)[0]
     responses, response_mask = sample_responses(
         model,
-        prompt_ids.to(device),
-        prompt_mask.to(device),
+        prompts.batch["input_ids"].to(device),
+        prompts.batch["attention_mask"].to(device),
         params,
         eos_ids=eos_token_ids(tokenizer, model),
         pad_id=int(pad_id),
         generator=generator,
+        samples_per_prompt=params.n,
     )
     responses, response_mask = responses.cpu(), response_mask.cpu()
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
