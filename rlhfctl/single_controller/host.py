@@ -103,3 +103,33 @@ class WorkerHost:
     def pid(self) -> int:
         """This host's process id."""
         return os.getpid()
+
+
+def direct_method_name(role: str, method: str) -> str:
+    """Name of the host method that runs ``role.method`` directly (see :func:`host_class_for`)."""
+    return f"{role}__{method}"
+
+
+def _direct_call(role: str, method: str) -> Any:
+    def direct(self: WorkerHost, *args: Any, **kwargs: Any) -> Any:
+        return self.call(role, method, *args, **kwargs)
+
+    direct.__name__ = direct.__qualname__ = direct_method_name(role, method)
+    direct.__doc__ = f"{role}.{method} on this rank."
+    return direct
+
+
+def host_class_for(roles: dict[str, ClassWithInitArgs]) -> type:
+    """A WorkerHost with one method per registered ``role.method``, so a Ray call names its target
+    by the actor method it invokes instead of sending role and method name as two extra arguments
+    (each argument costs about 0.2 ms per call on Ray). :meth:`WorkerHost.call` still serves any other."""
+    from rlhfctl.single_controller.decorator import registered_methods
+
+    methods: dict[str, Any] = {}
+    for role, spec in roles.items():
+        for method in registered_methods(spec.cls):
+            name = direct_method_name(role, method)
+            if name.isidentifier() and not hasattr(WorkerHost, name):
+                methods[name] = _direct_call(role, method)
+    return type("WorkerHost", (WorkerHost,), {"__doc__": WorkerHost.__doc__, **methods})
+

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
-from rlhfctl.single_controller.host import ClassWithInitArgs, WorkerHost, torch_threads_for
+from rlhfctl.single_controller.host import ClassWithInitArgs, direct_method_name, host_class_for, torch_threads_for
 from rlhfctl.single_controller.resource_pool import RayResourcePool
 from rlhfctl.single_controller.worker import RankInfo
 from rlhfctl.single_controller.worker_group import WorkerGroup, payload_bytes
@@ -74,7 +74,7 @@ def _spawn_hosts(pool: RayResourcePool, roles: dict[str, ClassWithInitArgs], nam
                 resources["num_cpus"] = spec.num_cpus
             if spec.num_gpus is not None:
                 resources["num_gpus"] = spec.num_gpus
-    remote_host = ray.remote(WorkerHost)
+    remote_host = ray.remote(host_class_for(roles))
     handles = []
     for rank, (node_index, local_rank, _) in enumerate(pool.rank_layout()):
         strategy = PlacementGroupSchedulingStrategy(
@@ -204,6 +204,10 @@ class RayWorkerGroup(WorkerGroup):
         handles = self._hosts.handles
         if len(ranks) > 1:
             rank_args, rank_kwargs = _put_shared_once(rank_args, rank_kwargs)
+        direct = direct_method_name(self.role, method)
+        if hasattr(handles[0], direct):
+            return [getattr(handles[rank], direct).remote(*args, **kwargs)
+                    for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
         return [handles[rank].call.remote(self.role, method, *args, **kwargs)
                 for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
 
