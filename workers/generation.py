@@ -116,7 +116,6 @@ def _next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 
-@torch.no_grad()
 def sample_responses(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -132,40 +131,43 @@ def sample_responses(
     returns ``responses`` (B * samples_per_prompt, max_new_tokens) padded with ``pad_id`` after the
     first EOS, and ``response_mask`` (1 up to and including that EOS)."""
     device = input_ids.device
-    eos = torch.tensor(eos_ids, device=device)
-    repeats = int(samples_per_prompt)
-    # The cache has room for the whole rollout up front; None falls back to the model's own cache.
-    cache = preallocated_cache(base_model(model), input_ids.shape[1] + params.max_new_tokens)
-    if cache is None and repeats > 1:  # the model's own cache cannot fan out: repeat the prompts first
-        input_ids, attention_mask = input_ids.repeat_interleave(repeats, 0), attention_mask.repeat_interleave(repeats, 0)
-        repeats = 1
-    mask = attention_mask.to(device)
-    positions = position_ids_from_mask(mask)
-    output = lm_forward(model, input_ids, mask, positions, cache=cache, use_cache=True, logits_to_keep=1)
-    cache, logits = cache_from(output), output.logits[:, -1, :]
-    if repeats > 1:
-        # One prompt pass per distinct prompt; each of its samples continues from its own copy of the cache.
-        cache.batch_repeat_interleave(repeats)
-        logits = logits.repeat_interleave(repeats, 0)
-        mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
-    rows = mask.shape[0]
-    next_position = positions[:, -1:] + 1
-    finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    tokens, valid = [], []
-    for step in range(params.max_new_tokens):
-        chosen = _next_tokens(logits, params, generator)
-        chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
-        tokens.append(chosen)
-        valid.append(~finished)
-        finished = finished | torch.isin(chosen, eos)
-        if bool(finished.all()) or step == params.max_new_tokens - 1:
-            break
-        mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
-        output = lm_forward(
-            model, chosen.unsqueeze(-1), mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
-        )
+    # inference_mode skips autograd's per-op bookkeeping (a sizeable share of a small model's decode step);
+    # the returned tensors are built outside it, so they are ordinary tensors that autograd may save later.
+    with torch.inference_mode():
+        eos = torch.tensor(eos_ids, device=device)
+        repeats = int(samples_per_prompt)
+        # The cache has room for the whole rollout up front; None falls back to the model's own cache.
+        cache = preallocated_cache(base_model(model), input_ids.shape[1] + params.max_new_tokens)
+        if cache is None and repeats > 1:  # the model's own cache cannot fan out: repeat the prompts first
+            input_ids, attention_mask = input_ids.repeat_interleave(repeats, 0), attention_mask.repeat_interleave(repeats, 0)
+            repeats = 1
+        mask = attention_mask.to(device)
+        positions = position_ids_from_mask(mask)
+        output = lm_forward(model, input_ids, mask, positions, cache=cache, use_cache=True, logits_to_keep=1)
         cache, logits = cache_from(output), output.logits[:, -1, :]
-        next_position = next_position + 1
+        if repeats > 1:
+            # One prompt pass per distinct prompt; each of its samples continues from its own copy of the cache.
+            cache.batch_repeat_interleave(repeats)
+            logits = logits.repeat_interleave(repeats, 0)
+            mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
+        rows = mask.shape[0]
+        next_position = positions[:, -1:] + 1
+        finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        tokens, valid = [], []
+        for step in range(params.max_new_tokens):
+            chosen = _next_tokens(logits, params, generator)
+            chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
+            tokens.append(chosen)
+            valid.append(~finished)
+            finished = finished | torch.isin(chosen, eos)
+            if bool(finished.all()) or step == params.max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
+            output = lm_forward(
+                model, chosen.unsqueeze(-1), mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
+            )
+            cache, logits = cache_from(output), output.logits[:, -1, :]
+            next_position = next_position + 1
     responses = torch.full((rows, params.max_new_tokens), pad_id, dtype=input_ids.dtype, device=device)
     response_mask = torch.zeros((rows, params.max_new_tokens), dtype=attention_mask.dtype, device=device)
     responses[:, : len(tokens)] = torch.stack(tokens, dim=1)

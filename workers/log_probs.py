@@ -61,7 +61,6 @@ def sequence_log_probs(
     return log_probs, entropy
 
 
-@torch.no_grad()
 def response_log_probs(
     model: nn.Module,
     batch: Mapping[str, torch.Tensor],
@@ -76,11 +75,14 @@ def response_log_probs(
     step = rows if not micro_batch_size else max(1, int(micro_batch_size))
     keys = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key in batch]
     log_prob_parts, entropy_parts = [], []
-    for start in range(0, rows, step):
-        micro = {key: batch[key][start : start + step].to(device) for key in keys}
-        log_probs, entropy = sequence_log_probs(model, micro, temperature=temperature, with_entropy=with_entropy)
-        log_prob_parts.append(log_probs.cpu())
-        if entropy is not None:
-            entropy_parts.append(entropy.cpu())
+    # inference_mode skips autograd's bookkeeping; the concatenations below run outside it, so the
+    # results are ordinary tensors (the local backend hands them straight to update_actor's loss).
+    with torch.inference_mode():
+        for start in range(0, rows, step):
+            micro = {key: batch[key][start : start + step].to(device) for key in keys}
+            log_probs, entropy = sequence_log_probs(model, micro, temperature=temperature, with_entropy=with_entropy)
+            log_prob_parts.append(log_probs.cpu())
+            if entropy is not None:
+                entropy_parts.append(entropy.cpu())
     entropy_all = torch.cat(entropy_parts) if with_entropy else None
     return torch.cat(log_prob_parts), entropy_all
