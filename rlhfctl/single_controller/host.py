@@ -125,11 +125,15 @@ def host_class_for(roles: dict[str, ClassWithInitArgs]) -> type:
     (each argument costs about 0.2 ms per call on Ray). :meth:`WorkerHost.call` still serves any other."""
     from rlhfctl.single_controller.decorator import registered_methods
 
-    methods: dict[str, Any] = {}
+    targets: dict[str, list[tuple[str, str]]] = {}
     for role, spec in roles.items():
         for method in registered_methods(spec.cls):
-            name = direct_method_name(role, method)
-            if name.isidentifier() and not hasattr(WorkerHost, name):
-                methods[name] = _direct_call(role, method)
+            targets.setdefault(direct_method_name(role, method), []).append((role, method))
+    # A name two (role, method) pairs would share ("a" + "b__c", "a__b" + "c") gets no direct method:
+    # both go through call(), which cannot mix them up.
+    methods = {
+        name: _direct_call(*pairs[0])
+        for name, pairs in targets.items()
+        if len(pairs) == 1 and name.isidentifier() and not hasattr(WorkerHost, name)
+    }
     return type("WorkerHost", (WorkerHost,), {"__doc__": WorkerHost.__doc__, **methods})
-

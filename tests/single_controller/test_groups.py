@@ -46,6 +46,35 @@ def test_colocated_roles_share_one_process_per_rank_and_keep_their_own_methods(r
         pool.release()
 
 
+def test_hosts_get_one_actor_method_per_role_method_and_ambiguous_names_fall_back_to_call():
+    from rlhfctl.single_controller import Dispatch, Worker, register
+    from rlhfctl.single_controller.host import ClassWithInitArgs, WorkerHost, host_class_for
+
+    class A(Worker):
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def b__c(self):
+            return "a.b__c"
+
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def plain(self):
+            return "a.plain"
+
+    class AB(Worker):
+        @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+        def c(self):
+            return "a__b.c"
+
+    host_cls = host_class_for({"a": ClassWithInitArgs(A), "a__b": ClassWithInitArgs(AB)})
+    assert issubclass(host_cls, WorkerHost) and host_cls.__name__ == "WorkerHost"
+    assert hasattr(host_cls, "a__plain")
+    assert not hasattr(host_cls, "a__b__c")  # "a" + "b__c" and "a__b" + "c" would share it
+    host = host_cls()
+    host.workers = {"a": A(), "a__b": AB()}
+    assert host.a__plain() == "a.plain"
+    assert host.call("a", "b__c") == "a.b__c" and host.call("a__b", "c") == "a__b.c"
+    assert [role_method[:2] for role_method in host.drain_spans()] == [("a", "plain"), ("a", "b__c"), ("a__b", "c")]
+
+
 @pytest.mark.parametrize("backend", ["ray", "local"])
 def test_custom_dispatch_mode_from_a_dict(ray_session, backend):
     pool = RayResourcePool([3], name="custom")
