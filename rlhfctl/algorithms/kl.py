@@ -49,8 +49,10 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> t
     - ``k1`` (alias ``kl``): :math:`\\log\\pi - \\log\\pi_{ref}`
     - ``k2`` (alias ``mse``): :math:`\\tfrac12(\\log\\pi - \\log\\pi_{ref})^2`
     - ``k3`` (alias ``low_var_kl``): :math:`e^{d} - d - 1` with
-      :math:`d = \\log\\pi_{ref} - \\log\\pi`, clamped to [-10, 10] (``d`` is first clamped to
-      [-20, 20] so ``exp`` cannot overflow; this never changes the clamped result)
+      :math:`d = \\log\\pi_{ref} - \\log\\pi`, clamped to [0, 10] (``d`` is first clamped to
+      [-20, 20] so ``exp`` cannot overflow; this never changes the clamped result). The value is never
+      negative in exact arithmetic; the lower bound 0 (verl uses -10) removes float32 rounding below
+      zero at ``d`` near 0, where the gradient is 0 anyway
     - ``abs``: :math:`|\\log\\pi - \\log\\pi_{ref}|`
 
     Unknown ``kind`` raises ``ValueError`` listing the choices. Differentiable in ``logprob``
@@ -65,7 +67,7 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> t
     if kind == "abs":
         return (logprob - ref_logprob).abs()
     d = torch.clamp(ref_logprob - logprob, min=-20.0, max=20.0)
-    return torch.clamp(torch.exp(d) - d - 1.0, min=-10.0, max=10.0)
+    return torch.clamp(torch.exp(d) - d - 1.0, min=0.0, max=10.0)
 
 
 @torch.no_grad()
