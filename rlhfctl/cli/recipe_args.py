@@ -11,17 +11,17 @@ __all__ = ["load_for_command", "resolve_recipe_path"]
 
 def resolve_recipe_path(recipe: str) -> Path:
     """An existing file as given, else a bundled recipe of that name (quickstart, ppo-gae, ...)."""
-    from rlhfctl.recipe.bundled import list_bundled
+    from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
     from rlhfctl.recipe.errors import RecipeError, did_you_mean
 
     path = Path(recipe).expanduser()
     if path.exists():
         return path
-    stem = recipe[: -len(".yaml")] if recipe.endswith(".yaml") else recipe
-    bundled = {item.name: item.path for item in list_bundled()}
-    if "/" not in recipe and stem in bundled:
-        return bundled[stem]
-    hint = did_you_mean(stem, bundled) if "/" not in recipe else ""
+    found = bundled_path(recipe)
+    if found is not None:
+        return found
+    bundled = [item.name for item in list_bundled()]
+    hint = did_you_mean(recipe_stem(recipe), bundled) if "/" not in recipe else ""
     names = ", ".join(sorted(bundled)) or "none"
     raise RecipeError(f"recipe file not found: {recipe}{hint} (bundled recipes: {names})", kind="file_not_found")
 

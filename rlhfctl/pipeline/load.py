@@ -126,18 +126,19 @@ def _stage(item: Any, index: int, base: Path) -> StageSpec:
 
 
 def _find_recipe(value: str, base: Path, key: str) -> Path:
-    from rlhfctl.recipe.bundled import list_bundled
+    from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
 
     candidate = Path(os.path.expanduser(value))
     for path in ([candidate] if candidate.is_absolute() else [base / candidate, candidate]):
         if path.is_file():
             return path
-    stem = value[: -len(".yaml")] if value.endswith(".yaml") else value
-    bundled = {recipe.name: recipe.path for recipe in list_bundled()}
-    if "/" not in value and stem in bundled:
-        return bundled[stem]
+    found = bundled_path(value)
+    if found is not None:
+        return found
+    bundled = [recipe.name for recipe in list_bundled()]
+    hint = did_you_mean(recipe_stem(value), bundled)
     raise PipelineError(
-        f"{key}: recipe file not found: {value} (looked in {base} and {os.getcwd()}){did_you_mean(stem, bundled)} "
+        f"{key}: recipe file not found: {value} (looked in {base} and {os.getcwd()}){hint} "
         f"(bundled recipes: {', '.join(sorted(bundled)) or 'none'})",
         key_path=key, kind="file_not_found",
     )

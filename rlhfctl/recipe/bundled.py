@@ -10,7 +10,8 @@ from pathlib import Path
 import rlhfctl
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 
-__all__ = ["BundledRecipe", "bundled_dirs", "copy_bundled", "find_bundled", "list_bundled", "recipe_description"]
+__all__ = ["BundledRecipe", "bundled_dirs", "bundled_path", "copy_bundled", "find_bundled", "list_bundled",
+           "recipe_description", "recipe_stem"]
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,22 @@ def list_bundled() -> list[BundledRecipe]:
     return sorted(found.values(), key=lambda recipe: recipe.name)
 
 
+def recipe_stem(name: str) -> str:
+    """``name`` without a trailing .yaml: how bundled recipes are named."""
+    return name[: -len(".yaml")] if name.endswith(".yaml") else name
+
+
+def bundled_path(value: str) -> Path | None:
+    """The file of the bundled recipe named ``value`` (a bare name, .yaml optional); None when there is none."""
+    if "/" in value:
+        return None
+    recipes = {recipe.name: recipe.path for recipe in list_bundled()}
+    return recipes.get(recipe_stem(value))
+
+
 def find_bundled(name: str) -> BundledRecipe:
     """The bundled recipe called ``name`` (with or without .yaml); RecipeError listing the names otherwise."""
-    stem = name[: -len(".yaml")] if name.endswith(".yaml") else name
+    stem = recipe_stem(name)
     recipes = {recipe.name: recipe for recipe in list_bundled()}
     if stem in recipes:
         return recipes[stem]
