@@ -41,6 +41,15 @@ _STAGE_KEYS = ("name", "recipe", "overrides")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
+def is_pipeline_file(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a YAML mapping with a top-level ``stages`` list (a pipeline, not a recipe)."""
+    try:
+        data = yaml.safe_load(Path(os.path.expanduser(str(path))).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False  # the recipe loader reports what is wrong with the file
+    return isinstance(data, dict) and isinstance(data.get("stages"), list)
+
+
 def load_pipeline(path: str | os.PathLike[str], overrides: Sequence[str] = ()) -> PipelineSpec:
     """Read a pipeline file and apply command-line overrides; raise PipelineError on any problem."""
     file = Path(os.path.expanduser(str(path)))

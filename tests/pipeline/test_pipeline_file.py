@@ -132,3 +132,24 @@ def test_training_a_pipeline_file_points_to_the_pipeline_command():
 
     result = CliRunner().invoke(app, ["train", str(QUICKSTART)])
     assert result.exit_code == 2 and "looks like a pipeline file: run rlhfctl pipeline" in result.stderr
+
+
+def test_validate_checks_every_stage_of_a_pipeline_file():
+    import json
+
+    from typer.testing import CliRunner
+
+    from rlhfctl.cli import app
+
+    result = CliRunner().invoke(app, ["validate", str(QUICKSTART)])
+    assert result.exit_code == 0, result.output
+    assert "stage sft: sft" in result.stdout and "stage ppo: ppo" in result.stdout
+    as_json = CliRunner().invoke(app, ["validate", str(QUICKSTART), "output_dir=/tmp/p", "--format", "json"])
+    report = json.loads(as_json.stdout)
+    assert report["ok"] and [stage["name"] for stage in report["stages"]] == ["sft", "reward", "ppo"]
+    assert report["stages"][0]["output_dir"] == "/tmp/p/sft"
+    bad = CliRunner().invoke(app, ["validate", str(QUICKSTART), "ppo.trainer.total_stepz=3"])
+    assert bad.exit_code == 2
+    assert "stages.ppo" in bad.stderr and "did you mean 'trainer.total_steps'" in bad.stderr
+    assert "Traceback" not in bad.output
+
