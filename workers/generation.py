@@ -17,6 +17,7 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from workers.forward import base_model, cache_from, lm_forward
+from workers.decode_mask import decode_attention_mask
 from workers.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 
@@ -137,7 +138,9 @@ def sample_responses(
         eos = torch.tensor(eos_ids, device=device)
         repeats = int(samples_per_prompt)
         # The cache has room for the whole rollout up front; None falls back to the model's own cache.
-        cache = preallocated_cache(base_model(model), input_ids.shape[1] + params.max_new_tokens)
+        prompt_width = input_ids.shape[1]
+        cache = preallocated_cache(base_model(model), prompt_width + params.max_new_tokens)
+        cache_is_ours = cache is not None
         if cache is None and repeats > 1:  # the model's own cache cannot fan out: repeat the prompts first
             input_ids, attention_mask = input_ids.repeat_interleave(repeats, 0), attention_mask.repeat_interleave(repeats, 0)
             repeats = 1
@@ -151,6 +154,8 @@ def sample_responses(
             logits = logits.repeat_interleave(repeats, 0)
             mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
         rows = mask.shape[0]
+        # With our cache the decoding steps' 4D mask is built once; otherwise the 2D mask grows per token.
+        step_masks = decode_attention_mask(base_model(model), mask, params.max_new_tokens) if cache_is_ours else None
         next_position = positions[:, -1:] + 1
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
         tokens, valid = [], []
@@ -162,9 +167,12 @@ def sample_responses(
             finished = finished | torch.isin(chosen, eos)
             if bool(finished.all()) or step == params.max_new_tokens - 1:
                 break
-            mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
+            if step_masks is not None:
+                step_mask = step_masks[..., : prompt_width + step + 1]
+            else:
+                mask = step_mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
             output = lm_forward(
-                model, chosen.unsqueeze(-1), mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
+                model, chosen.unsqueeze(-1), step_mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
             )
             cache, logits = cache_from(output), output.logits[:, -1, :]
             next_position = next_position + 1
