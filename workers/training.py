@@ -71,15 +71,19 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 def build_optimizer(model: nn.Module, optim: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """AdamW over the trainable parameters from ``roles.<role>.optim``."""
+    """AdamW over the trainable parameters from ``roles.<role>.optim`` (the fused kernel where it runs)."""
     params = trainable_parameters(model)
     if not params:
         raise ValueError("the model has no trainable parameters")
     betas = tuple(float(beta) for beta in optim["betas"])
     if len(betas) != 2:
         raise ValueError(f"optim.betas must hold two numbers, got {optim['betas']!r}")
+    # The fused kernel (one per parameter instead of a dozen ops each) is what transformers' Trainer uses
+    # too; it takes floating-point parameters on CPU or CUDA.
+    fused = all(param.is_floating_point() and param.device.type in ("cpu", "cuda") for param in params)
     return torch.optim.AdamW(
-        params, lr=float(optim["lr"]), betas=betas, eps=float(optim["eps"]), weight_decay=float(optim["weight_decay"])
+        params, lr=float(optim["lr"]), betas=betas, eps=float(optim["eps"]), weight_decay=float(optim["weight_decay"]),
+        fused=fused or None,
     )
 
 

@@ -18,7 +18,7 @@ from workers.recipe import (
     samples_per_rank,
     uses_gpu,
 )
-from workers.training import LRSchedule
+from workers.training import LRSchedule, build_optimizer
 
 
 def test_missing_and_null_keys_take_defaults_and_trainer_fallbacks():
@@ -79,6 +79,25 @@ def test_lr_schedules():
         LRSchedule("linear", 0, None, 0.0)
     with pytest.raises(ValueError, match="unknown lr_schedule"):
         LRSchedule("step", 0, 10, 0.0)
+
+
+def test_optimizer_is_fused_adamw_with_the_recipe_settings_and_steps_like_the_plain_one():
+    recipe = tiny_recipe(roles={"actor": {"optim": {"lr": 0.01, "weight_decay": 0.1, "betas": [0.8, 0.9]}}})
+    optim = optim_config(recipe, "actor")
+    torch.manual_seed(0)
+    fused_model, plain_model = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    plain_model.load_state_dict(fused_model.state_dict())
+    fused = build_optimizer(fused_model, optim)
+    assert isinstance(fused, torch.optim.AdamW) and fused.defaults["fused"] is True
+    assert fused.defaults["lr"] == 0.01 and fused.defaults["weight_decay"] == 0.1 and fused.defaults["betas"] == (0.8, 0.9)
+    plain = torch.optim.AdamW(plain_model.parameters(), lr=0.01, weight_decay=0.1, betas=(0.8, 0.9), foreach=False)
+    inputs = torch.randn(5, 4)
+    for _ in range(3):
+        for model, optimizer in ((fused_model, fused), (plain_model, plain)):
+            optimizer.zero_grad()
+            model(inputs).square().mean().backward()
+            optimizer.step()
+    torch.testing.assert_close(fused_model.weight, plain_model.weight, rtol=1e-5, atol=1e-6)
 
 
 def test_registered_methods_and_their_dispatch_modes():
