@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["preallocated_cache"]
+__all__ = ["full_attention_cache", "preallocated_cache"]
 
 try:  # transformers >= 4.56 builds caches from per-layer objects
     from transformers.cache_utils import DynamicCache, DynamicLayer
@@ -78,12 +78,11 @@ if DynamicLayer is not None:
         return bigger
 
 
-def preallocated_cache(model: nn.Module, capacity: int) -> Any:
-    """A ``DynamicCache`` whose full-attention layers reserve ``capacity`` positions up front.
+def full_attention_cache(model: nn.Module) -> Any:
+    """An empty ``DynamicCache`` for ``model`` when every layer of it is a plain full-attention one, else None.
 
-    Returns None (the model then builds its default cache) when this transformers has no per-layer
-    caches or the model's cache layers are not plain full-attention ones (sliding windows, linear
-    attention, custom remote code), so unusual models keep their own, correct behaviour.
+    None when this transformers has no per-layer caches or the model's cache layers are anything else
+    (sliding windows, linear attention, custom remote code): callers then leave caching to the model.
     """
     if DynamicCache is None:
         return None
@@ -97,5 +96,17 @@ def preallocated_cache(model: nn.Module, capacity: int) -> Any:
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         return None
-    cache.layers = [PreallocatedLayer(capacity) for _ in layers]
+    return cache
+
+
+def preallocated_cache(model: nn.Module, capacity: int) -> Any:
+    """A ``DynamicCache`` whose full-attention layers reserve ``capacity`` positions up front.
+
+    Returns None (the model then builds its default cache) for models :func:`full_attention_cache`
+    does not cover, so unusual models keep their own, correct behaviour.
+    """
+    cache = full_attention_cache(model)
+    if cache is None:
+        return None
+    cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
     return cache

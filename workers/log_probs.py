@@ -2,7 +2,8 @@
 
 With ``P`` prompt columns and ``R`` response columns, the token at response position ``t`` is
 predicted by the logits at sequence position ``P + t - 1``. Logits are divided by the sampling
-temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32.
+temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32. Where rows
+repeat a prompt, the prompt part may run once per distinct prompt (``workers.prompt_sharing``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch import nn
 
 from rlhfctl.algorithms import entropy_from_logits
 from workers.forward import lm_forward
+from workers.prompt_sharing import shared_prompt_logits
 
 __all__ = ["position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
 
@@ -43,15 +45,19 @@ def sequence_log_probs(
     position_ids = batch.get("position_ids")
     if position_ids is None:
         position_ids = position_ids_from_mask(attention_mask)
-    output = lm_forward(
-        model,
-        batch["input_ids"],
-        attention_mask,
-        position_ids,
-        use_cache=False,
-        logits_to_keep=response_length + 1,
-    )
-    logits = output.logits[:, -response_length - 1 : -1].float()
+    # One prompt pass per distinct prompt where the batch repeats prompts (n samples each) and it pays.
+    logits = shared_prompt_logits(model, batch, position_ids)
+    if logits is None:
+        output = lm_forward(
+            model,
+            batch["input_ids"],
+            attention_mask,
+            position_ids,
+            use_cache=False,
+            logits_to_keep=response_length + 1,
+        )
+        logits = output.logits[:, -response_length - 1 : -1]
+    logits = logits.float()
     if temperature and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     log_probs = torch.log_softmax(logits, dim=-1).gather(-1, responses.long().unsqueeze(-1)).squeeze(-1)

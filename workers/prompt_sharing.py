@@ -1,0 +1,106 @@
+"""Score the responses of a batch with one prompt pass per distinct prompt, not one per row.
+
+A GRPO / RLOO batch holds ``n`` responses to each prompt, every row laid out as
+``[left-padded prompt | response]``. Under causal attention a prompt's keys and values do not depend
+on what follows it, so the prompt part runs once per distinct prompt, and every row continues from its
+prompt's keys and values (indexed out of that one pass). Gradients flow back through the shared keys and
+values and add up over the rows that used them, so log-probs and gradients equal the row-by-row pass up
+to float rounding (tested). The pass saves ``(rows - distinct prompts) x prompt width`` token positions
+of forward and backward work: with 8 prompts x 4 samples, 16 prompt and 32 response tokens, a quarter
+of them; with 128-token prompts, about 60%.
+
+Two calls instead of one cost a fixed overhead, which a toy model (hidden 64) does not earn back, so the
+shared pass runs only when ``saved positions x hidden_size^2`` reaches :data:`MIN_SAVED_WORK`. It also
+needs a model whose cache layers are plain full attention (``workers.kv_cache.full_attention_cache``)
+and no gradient checkpointing while training (transformers turns the cache off there).
+``RLHFCTL_SHARED_PROMPT_PASS=0`` turns it off, ``=1`` uses it whenever the model allows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+from workers.forward import base_model, cache_from, lm_forward
+from workers.kv_cache import full_attention_cache
+
+__all__ = ["MIN_SAVED_WORK", "SHARED_PROMPT_ENV", "distinct_prompt_rows", "shared_prompt_logits"]
+
+SHARED_PROMPT_ENV = "RLHFCTL_SHARED_PROMPT_PASS"
+# Saved prompt positions x hidden_size^2 below which two calls cost more than one. Measured on 2 CPU
+# cores (benchmarks: docs/performance.md): hidden 64 with 384 saved positions (1.6e6) was 20% slower
+# shared, hidden 64 with 1152 (4.7e6) 1.3x faster, hidden 256 with 96 (6.3e6) even.
+MIN_SAVED_WORK = 2**22
+
+
+def distinct_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(first, inverse)``: one row index per distinct (ids, mask) prompt, and each row's prompt number."""
+    keys = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)
+    distinct, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    rows = torch.arange(keys.shape[0], device=keys.device)
+    first = torch.full((distinct.shape[0],), keys.shape[0], dtype=torch.long, device=keys.device)
+    first = first.scatter_reduce(0, inverse, rows, reduce="amin")
+    return first, inverse
+
+
+def _mode() -> str:
+    value = os.environ.get(SHARED_PROMPT_ENV, "auto").strip().lower()
+    return {"0": "off", "false": "off", "off": "off", "1": "on", "true": "on", "on": "on"}.get(value, "auto")
+
+
+def _checkpointing(model: nn.Module) -> bool:
+    # transformers 5 renamed is_gradient_checkpointing (now deprecated) to is_activation_checkpointing.
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
+def shared_prompt_logits(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor
+) -> torch.Tensor | None:
+    """Logits (rows, R, vocab) predicting each of the R response tokens, from one pass per distinct
+    prompt; None when the shared pass does not apply or would not pay (the caller runs the plain pass)."""
+    mode = _mode()
+    if mode == "off":
+        return None
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    rows, width = input_ids.shape
+    prompt_width = width - batch["responses"].shape[1]
+    if rows < 2 or prompt_width < 1:
+        return None
+    inner = base_model(model)
+    if inner.training and _checkpointing(inner):
+        return None
+    first, inverse = distinct_prompt_rows(input_ids[:, :prompt_width], attention_mask[:, :prompt_width])
+    saved = (rows - first.shape[0]) * prompt_width
+    if saved == 0:
+        return None
+    hidden = getattr(getattr(inner, "config", None), "hidden_size", None)
+    if mode == "auto" and isinstance(hidden, int) and saved * hidden * hidden < MIN_SAVED_WORK:
+        return None
+    cache = full_attention_cache(inner)
+    if cache is None:
+        return None
+    # The prompt pass skips the DDP wrapper: DDP prepares its gradient reduction once per forward, and the
+    # response pass below, whose backward reaches every parameter, is the one it must see.
+    prompt_model = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    prompt_out = lm_forward(
+        prompt_model,
+        input_ids[first, :prompt_width],
+        attention_mask[first, :prompt_width],
+        position_ids[first, :prompt_width],
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = cache_from(prompt_out)
+    cache.batch_select_indices(inverse)  # each row continues from its prompt's keys and values
+    response_out = lm_forward(
+        model, input_ids[:, prompt_width:], attention_mask, position_ids[:, prompt_width:], cache=cache, use_cache=True
+    )
+    first_token_logits = prompt_out.logits[:, -1][inverse].unsqueeze(1)
+    return torch.cat([first_token_logits, response_out.logits[:, :-1]], dim=1)
