@@ -11,8 +11,9 @@ of them; with 128-token prompts, about 60%.
 
 Two calls instead of one cost a fixed overhead, which a toy model (hidden 64) does not earn back, so the
 shared pass runs only when ``saved positions x hidden_size^2`` reaches :data:`MIN_SAVED_WORK`. It also
-needs a model whose cache layers are plain full attention (``workers.kv_cache.full_attention_cache``)
-and no gradient checkpointing while training (transformers turns the cache off there).
+needs a model whose cache layers are plain full attention (``workers.kv_cache.full_attention_cache``),
+the ``sdpa`` or ``eager`` attention kernel (the ones it is tested with), and no gradient checkpointing
+while training (transformers turns the cache off there).
 ``RLHFCTL_SHARED_PROMPT_PASS=0`` turns it off, ``=1`` uses it whenever the model allows.
 """
 
@@ -34,6 +35,8 @@ SHARED_PROMPT_ENV = "RLHFCTL_SHARED_PROMPT_PASS"
 # cores (benchmarks: docs/performance.md): hidden 64 with 384 saved positions (1.6e6) was 20% slower
 # shared, hidden 64 with 1152 (4.7e6) 1.3x faster, hidden 256 with 96 (6.3e6) even.
 MIN_SAVED_WORK = 2**22
+# Attention kernels the shared pass is tested with; others (flash-attention, flex) keep the plain pass.
+TESTED_KERNELS = ("sdpa", "eager")
 
 
 def distinct_prompt_rows(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,6 +84,8 @@ def shared_prompt_logits(
         return None
     hidden = getattr(getattr(inner, "config", None), "hidden_size", None)
     if mode == "auto" and isinstance(hidden, int) and saved * hidden * hidden < MIN_SAVED_WORK:
+        return None
+    if getattr(inner.config, "_attn_implementation", None) not in TESTED_KERNELS:
         return None
     cache = full_attention_cache(inner)
     if cache is None:

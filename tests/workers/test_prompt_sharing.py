@@ -97,7 +97,7 @@ def test_auto_mode_shares_only_when_the_saved_work_pays(monkeypatch):
         assert calls == [12]
 
 
-def test_gradient_checkpointing_and_sliding_windows_keep_the_plain_pass(monkeypatch):
+def test_gradient_checkpointing_sliding_windows_and_other_kernels_keep_the_plain_pass(monkeypatch):
     monkeypatch.setenv(SHARED_PROMPT_ENV, "1")
     batch = grouped_batch()
     checkpointed = tiny_model()
@@ -111,6 +111,10 @@ def test_gradient_checkpointing_and_sliding_windows_keep_the_plain_pass(monkeypa
     with torch.no_grad():
         sequence_log_probs(sliding, batch, with_entropy=False)
     assert calls == [12]
+    flex = tiny_model().eval()
+    flex.config._attn_implementation = "flex_attention"  # asked directly: running flex would compile
+    assert prompt_sharing.shared_prompt_logits(flex, batch, batch["position_ids"]) is None
+    assert prompt_sharing.shared_prompt_logits(tiny_model().eval(), batch, batch["position_ids"]) is not None
 
 
 def _ddp_rank(rank: int, init_file: str, results: dict) -> None:
