@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from rlhfctl.protocol import DataProto
-from workers.forward import base_model, cache_from, lm_forward
 from workers.decode_mask import decode_attention_mask
+from workers.forward import base_model, cache_from, lm_forward
 from workers.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 
