@@ -53,7 +53,7 @@ def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, n
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS") or None
-    # rlhfctl's own switches (RLHFCTL_ZERO_COPY, RLHFCTL_CHECK_INPUTS) set on the driver reach every worker.
+    # rlhfctl's own switches (every RLHFCTL_* variable) set on the driver reach every worker.
     env = {key: value for key, value in os.environ.items() if key.startswith("RLHFCTL_")}
     env.update(env_vars or {})
     if ray.is_initialized():

@@ -139,7 +139,8 @@ def sample_responses(
         repeats = int(samples_per_prompt)
         # The cache has room for the whole rollout up front; None falls back to the model's own cache.
         prompt_width = input_ids.shape[1]
-        cache = preallocated_cache(base_model(model), prompt_width + params.max_new_tokens)
+        inner = base_model(model)
+        cache = preallocated_cache(inner, prompt_width + params.max_new_tokens)
         cache_is_ours = cache is not None
         if cache is None and repeats > 1:  # the model's own cache cannot fan out: repeat the prompts first
             input_ids, attention_mask = input_ids.repeat_interleave(repeats, 0), attention_mask.repeat_interleave(repeats, 0)
@@ -155,7 +156,7 @@ def sample_responses(
             mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
         rows = mask.shape[0]
         # With our cache the decoding steps' 4D mask is built once; otherwise the 2D mask grows per token.
-        step_masks = decode_attention_mask(base_model(model), mask, params.max_new_tokens) if cache_is_ours else None
+        step_masks = decode_attention_mask(inner, mask, params.max_new_tokens) if cache_is_ours else None
         next_position = positions[:, -1:] + 1
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
         tokens, valid = [], []

@@ -27,6 +27,7 @@ from torch import nn
 
 from workers.forward import base_model, cache_from, lm_forward
 from workers.kv_cache import full_attention_cache
+from workers.training import unwrap
 
 __all__ = ["MIN_SAVED_WORK", "SHARED_PROMPT_ENV", "distinct_prompt_rows", "shared_prompt_logits"]
 
@@ -92,9 +93,8 @@ def shared_prompt_logits(
         return None
     # The prompt pass skips the DDP wrapper: DDP prepares its gradient reduction once per forward, and the
     # response pass below, whose backward reaches every parameter, is the one it must see.
-    prompt_model = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     prompt_out = lm_forward(
-        prompt_model,
+        unwrap(model),
         input_ids[first, :prompt_width],
         attention_mask[first, :prompt_width],
         position_ids[first, :prompt_width],
