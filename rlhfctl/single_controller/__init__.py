@@ -3,7 +3,8 @@
 Public API (stable import paths)::
 
     from rlhfctl.single_controller import (register, Dispatch, Execute, Worker, WorkerGroup, ResourcePool,
-        ClassWithInitArgs, RayResourcePool, RayClassWithInitArgs, RayWorkerGroup, register_dispatch_mode)
+        ClassWithInitArgs, RayResourcePool, RayClassWithInitArgs, RayWorkerGroup, register_dispatch_mode,
+        GroupFuture, union_pending)
 """
 
 from rlhfctl.single_controller.decorator import (
@@ -23,7 +24,7 @@ from rlhfctl.single_controller.errors import (
     WorkerMethodError,
     WorkerTimeoutError,
 )
-from rlhfctl.single_controller.futures import GroupFuture
+from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, union_pending
 from rlhfctl.single_controller.host import ClassWithInitArgs
 from rlhfctl.single_controller.local_backend import LocalWorkerGroup
 from rlhfctl.single_controller.ray_backend import RayClassWithInitArgs, RayWorkerGroup
@@ -40,6 +41,7 @@ __all__ = [
     "Execute",
     "GroupFuture",
     "LocalWorkerGroup",
+    "PendingUnion",
     "RayClassWithInitArgs",
     "RayResourcePool",
     "RayWorkerGroup",
@@ -55,4 +57,5 @@ __all__ = [
     "register",
     "register_dispatch_mode",
     "registered_methods",
+    "union_pending",
 ]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from rlhfctl.single_controller.decorator import Dispatch, DispatchMode
-from rlhfctl.single_controller.futures import GroupFuture, RowLayout, ShardRef
+from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, RowLayout, ShardRef, ShardUnion
 from rlhfctl.single_controller.rows import concat_rows, is_batch, same_batch_type, take_rows
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def _usable_refs(group: "WorkerGroup", value: Any) -> bool:
 
 
 def _resolve_on_driver(value: Any) -> Any:
-    return value.get() if isinstance(value, GroupFuture) else value
+    return value.get() if isinstance(value, (GroupFuture, PendingUnion)) else value
 
 
 def _whole_value_ref(future: GroupFuture) -> ShardRef:
@@ -136,10 +136,13 @@ def _plan_all_to_all(group: "WorkerGroup", args: tuple, kwargs: dict) -> CallPla
     world_size = group.world_size
     named = [(f"#{i}", arg) for i, arg in enumerate(args)] + [(f"'{key}'", value) for key, value in kwargs.items()]
 
-    # Futures whose row layout is unknown (RANK_ZERO, ONE_TO_ALL results...) are fetched on the driver.
+    # Futures whose row layout is unknown (RANK_ZERO, ONE_TO_ALL results...) are fetched on the driver,
+    # and so are pending unions the ranks cannot join themselves.
     resolved: dict[str, Any] = {}
     for name, value in named:
         if isinstance(value, GroupFuture) and not (_usable_refs(group, value) and value.layout is not None):
+            value = value.get()
+        if isinstance(value, PendingUnion) and not _ranks_can_join(group, value):
             value = value.get()
         resolved[name] = value
 
@@ -147,7 +150,7 @@ def _plan_all_to_all(group: "WorkerGroup", args: tuple, kwargs: dict) -> CallPla
     for name, value in resolved.items():
         if isinstance(value, GroupFuture):
             sizes[name] = _future_rows(value)
-        elif is_batch(value):
+        elif isinstance(value, PendingUnion) or is_batch(value):
             sizes[name] = len(value)
     if not sizes:
         layout = None
@@ -164,6 +167,8 @@ def _plan_all_to_all(group: "WorkerGroup", args: tuple, kwargs: dict) -> CallPla
     def split(value: Any) -> list:
         if isinstance(value, GroupFuture):
             return _split_future(value, layout)
+        if isinstance(value, PendingUnion):
+            return _split_pending_union(value, layout)
         if layout is not None and is_batch(value):
             return [take_rows(value, layout.positions(rank)) for rank in range(world_size)]
         return [value] * world_size
@@ -197,6 +202,37 @@ def _split_future(future: GroupFuture, layout: RowLayout) -> list[ShardRef]:
             expected.append(source.shard_size)
         refs.append(ShardRef(parts=parts, expected_rows=expected, source=future.describe))
     return refs
+
+
+def _ranks_can_join(group: "WorkerGroup", pending: PendingUnion) -> bool:
+    """True when rank i of ``group`` can join its rows of the batch with rank i's output of every future.
+
+    That holds when each future ran ALL_TO_ALL over ``group``'s world size without padding, and the
+    batch splits over the same ranks without padding (each rank's rows then line up; the worker checks
+    the row counts).
+    """
+    world_size, rows = group.world_size, len(pending.batch)
+    if rows == 0 or rows % world_size:
+        return False
+    for future in pending.futures:
+        source = future.layout
+        if not _usable_refs(group, future) or source is None:
+            return False
+        if source.world_size != world_size or source.pad or rows % source.num_rows:
+            return False
+    return True
+
+
+def _split_pending_union(pending: PendingUnion, layout: RowLayout) -> list[ShardUnion]:
+    """Each rank's rows of the batch, with refs to its own output of every pending future."""
+    return [
+        ShardUnion(
+            local=take_rows(pending.batch, layout.positions(rank)),
+            refs=[ShardRef(parts=[(future.handles[rank], None)], expected_rows=[layout.shard_size], source=future.describe)
+                  for future in pending.futures],
+        )
+        for rank in range(layout.world_size)
+    ]
 
 
 def _make_all_to_all_collect(layout: RowLayout | None) -> Callable[[list], Any]:

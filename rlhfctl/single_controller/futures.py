@@ -78,9 +78,25 @@ class ShardRef:
         return pieces[0] if len(pieces) == 1 else concat_rows(pieces)
 
 
+@dataclass
+class ShardUnion:
+    """What a rank receives for a :class:`PendingUnion`: its rows of the batch, and refs to the
+    same rows of the columns other groups computed; joined inside the worker."""
+
+    local: Any
+    refs: list[ShardRef]
+
+    def resolve(self) -> Any:
+        """This rank's shard with the pending columns joined in."""
+        joined = self.local
+        for ref in self.refs:
+            joined = joined.union(ref.resolve())
+        return joined
+
+
 def materialize(value: Any) -> Any:
-    """Inside a worker: turn a ShardRef or a Ray ObjectRef argument into its value; others pass through."""
-    if isinstance(value, ShardRef):
+    """Inside a worker: turn a ShardRef, ShardUnion or Ray ObjectRef argument into its value; others pass through."""
+    if isinstance(value, (ShardRef, ShardUnion)):
         return value.resolve()
     if type(value).__name__ == "ObjectRef":
         import ray
@@ -124,3 +140,33 @@ class GroupFuture:
     def refs(self) -> Sequence[Any]:
         """The per-rank handles (Ray ObjectRefs on the Ray backend) before the result is fetched."""
         return list(self.handles)
+
+
+@dataclass
+class PendingUnion:
+    """A batch joined with the results of group calls still in flight (see :func:`union_pending`)."""
+
+    batch: Any
+    futures: tuple[GroupFuture, ...]
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def get(self) -> Any:
+        """The joined batch, fetched on the driver (the fallback when the ranks cannot join it)."""
+        joined = self.batch
+        for future in self.futures:
+            joined = joined.union(future.get())
+        return joined
+
+
+def union_pending(batch: Any, *futures: GroupFuture) -> Any:
+    """``batch.union(future.get())`` for each future, done on the ranks of the call it is passed to.
+
+    Passed to an ALL_TO_ALL call on a group with the futures' world size, each rank joins its own rows
+    with the same rows of the futures' outputs, so the call is sent before those results exist and
+    they never pass through the driver. Anywhere else the driver fetches and joins them first.
+    The batch's rows must be the futures' collected rows, in order (as for ``DataProto.union``).
+    With no futures it returns ``batch`` itself.
+    """
+    return PendingUnion(batch, futures) if futures else batch

@@ -18,12 +18,14 @@ import torch
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller.decorator import DispatchSpec, Execute, registered_methods
 from rlhfctl.single_controller.dispatch import build_plan
-from rlhfctl.single_controller.futures import GroupFuture
+from rlhfctl.single_controller.futures import GroupFuture, ShardUnion
 
 def payload_bytes(value: Any) -> int:
     """Bytes of tensor data in one argument (DataProto, tensor or array); 0 for anything else."""
     if isinstance(value, DataProto):
         return value.nbytes()
+    if isinstance(value, ShardUnion):
+        return payload_bytes(value.local)
     if isinstance(value, torch.Tensor):
         return value.element_size() * value.numel()
     if isinstance(value, np.ndarray) and value.dtype != object:

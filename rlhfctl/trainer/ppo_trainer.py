@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller.futures import GroupFuture, union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
@@ -98,10 +99,12 @@ class PPOTrainer(TrainerRuntime):
         timer = PhaseTimer()
         step_start = time.perf_counter()
         prompts = to_dataproto(next(self.batcher), self.tokenizer)
+        rollout = self.actor.submit("generate_sequences", prompts)
+        scoring = self._submit_scoring(rollout)
         with timer("generate"):
-            batch = self.actor.generate_sequences(prompts)
+            batch = rollout.get()
         with timer("reward_ref_values"):
-            batch = self._score(batch)
+            batch, pending = self._collect_scores(batch, scoring)
         if self._needs_old_log_probs():
             with timer("old_log_prob"):
                 batch = batch.union(self.actor.compute_log_prob(batch))
@@ -113,10 +116,14 @@ class PPOTrainer(TrainerRuntime):
         if self.critic is not None:
             with timer("update_critic"):
                 metrics.update(mean_over_ranks(self.critic.update_critic(batch)))
+        update = None
         if step > self.cfg.trainer.critic_warmup_steps:
-            with timer("update_actor"):
-                metrics.update(mean_over_ranks(self.actor.update_actor(batch)))
+            update = self.actor.submit("update_actor", union_pending(batch, *pending))
+        batch = self._join(batch, pending)  # the driver's copy, for the metrics, while the update runs
         metrics.update(batch_metrics(batch))
+        if update is not None:
+            with timer("update_actor"):
+                metrics.update(mean_over_ranks(update.get()))
         metrics.update(timer.metrics())
         metrics["time/step"] = time.perf_counter() - step_start
         tokens = batch.batch["attention_mask"].sum().item()
@@ -125,13 +132,44 @@ class PPOTrainer(TrainerRuntime):
         return metrics
 
     # ------------------------------------------------------------------ phases
-    def _score(self, batch: DataProto) -> DataProto:
-        """Reward, reference log-probs and values: independent calls, in flight together."""
-        futures = [self.reward.submit("compute_rewards", batch)]
-        if self.reference is not None:
-            futures.append(self.reference.submit("compute_ref_log_prob", batch))
-        if self.critic is not None:
-            futures.append(self.critic.submit("compute_values", batch))
+    def _submit_scoring(self, rollout: GroupFuture) -> dict[str, GroupFuture]:
+        """Reward, values and reference log-probs: independent calls, in flight together.
+
+        They are submitted before the rollout is back: a group with the actor's world size is fed the
+        rollout future itself, so each rank starts from its own shard as soon as generation ends,
+        without a round trip through the driver. Other groups get the rollout fetched by the driver.
+        The reference goes last: colocated roles run in submission order, and the advantages need
+        only the reward and the values.
+        """
+        calls = {"reward": (self.reward, "compute_rewards"), "values": (self.critic, "compute_values"),
+                 "ref_log_prob": (self.reference, "compute_ref_log_prob")}
+        return {name: group.submit(method, self._rollout_for(group, rollout))
+                for name, (group, method) in calls.items() if group is not None}
+
+    def _rollout_for(self, group: Any, rollout: GroupFuture) -> GroupFuture | DataProto:
+        """The rollout future where ``group`` can take its shards straight from the actor's ranks."""
+        if group.world_size == self.actor.world_size:
+            return rollout
+        return rollout.get()
+
+    def _collect_scores(self, batch: DataProto, scoring: dict[str, GroupFuture]) -> tuple[DataProto, list[GroupFuture]]:
+        """Join what the driver needs now; the reference log-probs stay pending when only the actor needs them.
+
+        Pending, they join the batch on the actor's ranks during ``update_actor`` (see ``union_pending``),
+        so the update is sent while the reference pass still runs. The KL penalty in the reward and
+        batch balancing read them on the driver first.
+        """
+        pending = dict(scoring)
+        ref = pending.pop("ref_log_prob", None)
+        batch = self._join(batch, list(pending.values()))
+        if ref is None:
+            return batch, []
+        if self.cfg.algorithm.kl.use_in_reward or self.cfg.trainer.balance_batch:
+            return batch.union(ref.get()), []
+        return batch, [ref]
+
+    @staticmethod
+    def _join(batch: DataProto, futures: list[GroupFuture]) -> DataProto:
         for future in futures:
             batch = batch.union(future.get())
         return batch

@@ -71,6 +71,16 @@ class EchoWorker(Worker):
     def add_one_later(self, data):
         return DataProto.from_dict(tensors={"x": data.batch["x"] + 1}, non_tensors={"tag": data.non_tensor_batch["tag"]})
 
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL, blocking=False)
+    def score_later(self, data):
+        """A new column per row, as a reward or reference call returns."""
+        return DataProto.from_dict(tensors={"score": data.batch["x"] * 100})
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def x_plus_score(self, data):
+        return DataProto.from_dict(tensors={"total": data.batch["x"] + data.batch["score"],
+                                            "rank": torch.full((len(data),), self.rank)})
+
     @register(dispatch_mode=Dispatch.ALL_TO_ALL, materialize_futures=False)
     def argument_type(self, data):
         return [type(data).__name__]
