@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rlhfctl.single_controller.worker_group import DispatchEvent, WorkerGroup
 
@@ -24,6 +24,7 @@ class TraceRecorder:
         self.calls: list[DispatchEvent] = []
         self.steps: list[tuple[int, float, float]] = []
         self.worker_spans: list[tuple[str, int, str, str, float, float]] = []
+        self._requested: list[tuple[str, Callable[[float | None], list]]] = []
 
     # DispatchObserver
     def call_started(self, event: DispatchEvent) -> None:
@@ -38,6 +39,15 @@ class TraceRecorder:
 
     def drain_workers(self, groups: list[WorkerGroup]) -> None:
         """Fetch the spans each rank recorded; colocated groups share hosts and are drained once."""
+        self.request_spans(groups)
+        self.flush()
+
+    def request_spans(self, groups: list[WorkerGroup]) -> None:
+        """Ask every host for its spans without waiting; :meth:`flush` takes the answers in.
+
+        The trainer asks at the end of each step and takes the answers in at the end of the next one,
+        so the driver never waits on a rank for its trace (the request queues behind calls in flight).
+        """
         seen: set[int] = set()
         for group in groups:
             hosts = getattr(group, "_hosts", None)
@@ -45,7 +55,13 @@ class TraceRecorder:
                 continue
             seen.add(id(hosts))
             track = "+".join(sorted(g.role for g in groups if getattr(g, "_hosts", None) is hosts))
-            for rank, role, method, start, end in group.drain_rank_spans():
+            self._requested.append((track, group.request_rank_spans()))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait (bounded) for the requested spans and add them to the trace."""
+        requested, self._requested = self._requested, []
+        for track, collect in requested:
+            for rank, role, method, start, end in collect(timeout):
                 self.worker_spans.append((track, rank, role, method, start, end))
 
     def to_chrome_trace(self) -> dict[str, Any]:

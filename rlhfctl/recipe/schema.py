@@ -228,6 +228,7 @@ class TrainerConfig:
     save_on_interrupt: bool = _field(True, "save a checkpoint when interrupted (Ctrl-C)")
     log_every: int = _field(1, "print and log metrics every this many steps", min=1)
     balance_batch: bool = _field(False, "ppo: reorder samples before the updates so each data-parallel rank gets a similar number of tokens")
+    overlap_rollout: bool = _field(True, "ppo: send the next step's prompts before the current step ends; the actor's ranks generate right after the update, so the rollout stays on-policy")
     export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")
 
 

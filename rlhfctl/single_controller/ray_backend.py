@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import Any, Callable
 
 from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
 from rlhfctl.single_controller.host import ClassWithInitArgs, direct_method_name, host_class_for, torch_threads_for
@@ -225,10 +225,18 @@ class RayWorkerGroup(WorkerGroup):
 
         Colocated groups share hosts, so one drain returns the spans of every role on them.
         """
+        return self.request_rank_spans()()
+
+    def request_rank_spans(self) -> Callable[[float | None], list[tuple[int, str, str, float, float]]]:
+        """Send each rank's drain now; the returned function waits for the answers (bounded)."""
         refs = [handle.drain_spans.remote() for handle in self._hosts.handles]
-        per_rank = _wait_for(refs, list(range(len(refs))), self.role, "drain_spans", self.call_timeout_s,
-                             self.worker_cls.__name__)
-        return [(rank, *span) for rank, spans in enumerate(per_rank) for span in spans]
+
+        def collect(timeout: float | None = None) -> list[tuple[int, str, str, float, float]]:
+            per_rank = _wait_for(refs, list(range(len(refs))), self.role, "drain_spans", timeout or self.call_timeout_s,
+                                 self.worker_cls.__name__)
+            return [(rank, *span) for rank, spans in enumerate(per_rank) for span in spans]
+
+        return collect
 
     def shutdown(self) -> None:
         """Kill this group's actors (and those of roles colocated with it)."""

@@ -201,6 +201,12 @@ class WorkerGroup:
         """(rank, role, method, start, end) of the calls each rank ran since the last drain."""
         raise NotImplementedError
 
+    def request_rank_spans(self) -> Callable[[float | None], list[tuple[int, str, str, float, float]]]:
+        """Ask the ranks for their spans without waiting; calling the result (optionally with a timeout)
+        returns what :meth:`drain_rank_spans` would. The request queues behind calls already sent."""
+        spans = self.drain_rank_spans()
+        return lambda timeout=None: spans
+
     def shutdown(self) -> None:
         """Release the group's processes."""
 

@@ -72,6 +72,7 @@ class PPOTrainer(TrainerRuntime):
         self.critic = self.groups.get("critic")
         lora_reference = cfg.roles.actor.lora is not None and self.groups.get("reference") is None
         self.reference = self.actor if lora_reference else self.groups.get("reference")
+        self._next_rollout: tuple[DataProto, GroupFuture, dict[str, GroupFuture]] | None = None
         self._start_runtime()
 
     # ------------------------------------------------------------------ the loop
@@ -98,9 +99,8 @@ class PPOTrainer(TrainerRuntime):
         """One PPO-family step over ``trainer.batch_size`` prompts."""
         timer = PhaseTimer()
         step_start = time.perf_counter()
-        prompts = to_dataproto(next(self.batcher), self.tokenizer)
-        rollout = self.actor.submit("generate_sequences", prompts)
-        scoring = self._submit_scoring(rollout)
+        prompts, rollout, scoring = self._next_rollout or self._start_rollout()
+        self._next_rollout = None
         with timer("generate"):
             batch = rollout.get()
         with timer("reward_ref_values"):
@@ -119,6 +119,8 @@ class PPOTrainer(TrainerRuntime):
         update = None
         if step > self.cfg.trainer.critic_warmup_steps:
             update = self.actor.submit("update_actor", union_pending(batch, *pending))
+        if self._may_start_next_rollout(step):
+            self._next_rollout = self._start_rollout()  # queued behind the update on the actor's ranks
         batch = self._join(batch, pending)  # the driver's copy, for the metrics, while the update runs
         metrics.update(batch_metrics(batch))
         if update is not None:
@@ -132,6 +134,32 @@ class PPOTrainer(TrainerRuntime):
         return metrics
 
     # ------------------------------------------------------------------ phases
+    def _start_rollout(self) -> tuple[DataProto, GroupFuture, dict[str, GroupFuture]]:
+        """Draw the next prompts, send them to the actor, and queue the scoring calls behind generation."""
+        self._batcher_state_before_draw = self.batcher.state_dict()
+        prompts = to_dataproto(next(self.batcher), self.tokenizer)
+        rollout = self.actor.submit("generate_sequences", prompts)
+        return prompts, rollout, self._submit_scoring(rollout)
+
+    def _may_start_next_rollout(self, step: int) -> bool:
+        """Whether to send the next step's rollout before this step ends (``trainer.overlap_rollout``).
+
+        A rank runs the calls it is sent in order, so generation starts on the weights this step's
+        update leaves, exactly as if it were sent after the update returned; the driver's end-of-step
+        work then overlaps generation. Not after steps that save or validate (those calls must come
+        first), nor at the last step, nor on the local backend (its calls run as they are sent).
+        """
+        cfg = self.cfg.trainer
+        if not cfg.overlap_rollout or self.actor.backend != "ray" or step >= cfg.total_steps:
+            return False
+        return not (cfg.save_every and step % cfg.save_every == 0) and not (cfg.val_every and step % cfg.val_every == 0)
+
+    def batcher_state(self) -> dict[str, Any]:
+        """The prompt order as of the last completed step, even when the next step's prompts are drawn."""
+        if self._next_rollout is not None:
+            return self._batcher_state_before_draw
+        return self.batcher.state_dict()
+
     def _submit_scoring(self, rollout: GroupFuture) -> dict[str, GroupFuture]:
         """Reward, values and reference log-probs: independent calls, in flight together.
 

@@ -8,10 +8,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.metrics import MetricsLog
 from rlhfctl.trainer.role_groups import RoleGroups
+
+TRACE_FLUSH_TIMEOUT_S = 60.0
 
 
 class TrainerRuntime:
@@ -38,6 +41,10 @@ class TrainerRuntime:
     def trainable_groups(self) -> list:
         """The groups whose state a checkpoint holds."""
         raise NotImplementedError
+
+    def batcher_state(self) -> dict[str, Any]:
+        """The data order to checkpoint: where the next step's batch comes from."""
+        return self.batcher.state_dict()
 
     def driver_state(self) -> dict[str, Any]:
         """Extra driver-side state to checkpoint (beyond the step and the data position)."""
@@ -66,14 +73,15 @@ class TrainerRuntime:
         (self.output_dir / "workers.json").write_text(json.dumps(placement, indent=1))
 
     def record_step_trace(self, step: int, start: float, end: float) -> None:
-        """Close a step in the trace and fetch the ranks' spans."""
+        """Close a step in the trace, take in the ranks' spans asked for last step, and ask for this step's."""
         self.trace.record_step(step, start, end)
-        self.trace.drain_workers(self.groups.all())
+        self.trace.flush()
+        self.trace.request_spans(self.groups.all())
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, step: int) -> Path:
         """An atomic checkpoint of every trainable role and the driver's own state."""
-        state = {"step": step, "batcher": self.batcher.state_dict(), **self.driver_state()}
+        state = {"step": step, "batcher": self.batcher_state(), **self.driver_state()}
 
         def save_roles(directory: Path) -> None:
             for group in self.trainable_groups():
@@ -96,11 +104,22 @@ class TrainerRuntime:
     # ------------------------------------------------------------------ trace and shutdown
     def write_trace(self) -> Path | None:
         """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
-        return self.trace.write(self.output_dir) if self.cfg.trainer.trace else None
+        if not self.cfg.trainer.trace:
+            return None
+        self._flush_trace()
+        return self.trace.write(self.output_dir)
 
     def trace_summary(self) -> dict[str, Any]:
         """The dispatch summary of this run so far (calls, time per method, orchestration share)."""
+        self._flush_trace()
         return summarize_trace(self.trace.to_chrome_trace())
+
+    def _flush_trace(self) -> None:
+        """Take in the spans still on their way; a rank that cannot answer loses its last step's spans."""
+        try:
+            self.trace.flush(timeout=TRACE_FLUSH_TIMEOUT_S)
+        except WorkerGroupError as error:
+            self.reporter.message(f"the trace misses the last spans of a rank: {error}")
 
     def shutdown(self) -> None:
         """Stop the worker processes."""

@@ -78,3 +78,13 @@ def test_resumed_run_matches_an_uninterrupted_one(ray_session, tmp_path):
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]  # every step logged exactly once
     for key in ("reward/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
         assert [r[key] for r in resumed] == pytest.approx([r[key] for r in straight], rel=1e-5, abs=1e-7), key
+
+
+def test_overlapping_the_next_rollout_changes_no_number(ray_session, tmp_path):
+    """The next step's prompts are sent before the update returns; the ranks still generate after it."""
+    common = ["rollout.max_new_tokens=8", "trainer.batch_size=4", "trainer.mini_batch_size=4", "trainer.total_steps=3",
+              "data.num_train=16"]
+    overlapped = train("quickstart.yaml", tmp_path / "overlapped", "trainer.overlap_rollout=true", *common)
+    in_turn = train("quickstart.yaml", tmp_path / "in_turn", "trainer.overlap_rollout=false", *common)
+    for key in ("reward/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "response_length/mean"):
+        assert [r[key] for r in overlapped] == [r[key] for r in in_turn], key
