@@ -121,11 +121,13 @@ class PPOTrainer(TrainerRuntime):
             update = self.actor.submit("update_actor", union_pending(batch, *pending))
         if self._may_start_next_rollout(step):
             self._next_rollout = self._start_rollout()  # queued behind the update on the actor's ranks
-        batch = self._join(batch, pending)  # the driver's copy, for the metrics, while the update runs
-        metrics.update(batch_metrics(batch))
         if update is not None:
             with timer("update_actor"):
                 metrics.update(mean_over_ranks(update.get()))
+        # The driver's copy of the pending columns, for the metrics: fetched once the update is done, so
+        # the driver is not busy when the reference pass hands over to the update on a shared machine.
+        batch = self._join(batch, pending)
+        metrics.update(batch_metrics(batch))
         metrics.update(timer.metrics())
         metrics["time/step"] = time.perf_counter() - step_start
         tokens = batch.batch["attention_mask"].sum().item()
