@@ -32,6 +32,7 @@ from workers.training import (
     build_optimizer,
     build_scheduler,
     check_same_across_ranks,
+    enable_activation_checkpointing,
     optimize_on_batch,
     wrap_ddp,
 )
@@ -75,7 +76,7 @@ class ActorWorker(TrainableRoleWorker):
             self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
         )
         if self.model_cfg["gradient_checkpointing"]:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         lora = self.config.get("lora")
         if lora is not None and lora is not False:  # `lora: {}` or `lora: true` means the defaults
             model = apply_lora(model, {} if lora is True else lora, seed=self.seed)

@@ -28,6 +28,7 @@ from workers.training import (
     build_optimizer,
     build_scheduler,
     check_same_across_ranks,
+    enable_activation_checkpointing,
     optimize_on_batch,
     wrap_ddp,
 )
@@ -79,7 +80,7 @@ class CriticWorker(TrainableRoleWorker):
             self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
         )
         if self.model_cfg["gradient_checkpointing"]:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         self.module = model.to(self.device)
         self.model = wrap_ddp(self.module, self.device)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)

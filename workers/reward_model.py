@@ -26,7 +26,15 @@ from rlhfctl.single_controller import Dispatch, Execute, register
 from workers.recipe import model_config, optim_config, section, trainer_config
 from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import allreduce_mean, build_optimizer, build_scheduler, check_same_across_ranks, optimize_on_batch, wrap_ddp
+from workers.training import (
+    allreduce_mean,
+    build_optimizer,
+    build_scheduler,
+    check_same_across_ranks,
+    enable_activation_checkpointing,
+    optimize_on_batch,
+    wrap_ddp,
+)
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 
@@ -82,7 +90,7 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
                 self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
             )
         if self.model_cfg["gradient_checkpointing"]:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_activation_checkpointing(model)
         self.module = model.to(self.device)
         self.model = wrap_ddp(self.module, self.device)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)

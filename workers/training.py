@@ -70,6 +70,19 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [parameter for parameter in model.parameters() if parameter.requires_grad]
 
 
+def enable_activation_checkpointing(model: nn.Module) -> None:
+    """Recompute activations in the backward pass instead of keeping them (``model.gradient_checkpointing``).
+
+    transformers 5 renamed ``gradient_checkpointing_enable`` to ``activation_checkpointing_enable`` and
+    warns on the old name; older releases only have the old one.
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def build_optimizer(model: nn.Module, optim: Mapping[str, Any]) -> torch.optim.Optimizer:
     """AdamW over the trainable parameters from ``roles.<role>.optim`` (the fused kernel where it runs)."""
     params = trainable_parameters(model)

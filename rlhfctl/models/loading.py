@@ -357,9 +357,14 @@ class CausalLMWithValueHead(nn.Module):
         state = {key: tensor.detach().cpu().contiguous() for key, tensor in self.value_head.state_dict().items()}
         save_file(state, str(Path(directory) / _VALUE_HEAD_FILE))
 
-    def gradient_checkpointing_enable(self, **kwargs: Any) -> None:
+    def activation_checkpointing_enable(self, **kwargs: Any) -> None:
         """Forward to the backbone so workers can treat both value-model kinds alike."""
-        self.backbone.gradient_checkpointing_enable(**kwargs)
+        enable = getattr(self.backbone, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(**kwargs)
+        else:
+            self.backbone.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs=kwargs.get("activation_checkpointing_kwargs"))
 
     def forward(
         self,

@@ -11,6 +11,7 @@ from tests.workers.recipes import TINY_MODEL, tokenizer
 from workers import prompt_sharing
 from workers.log_probs import position_ids_from_mask, sequence_log_probs
 from workers.prompt_sharing import SHARED_PROMPT_ENV, distinct_prompt_rows
+from workers.training import enable_activation_checkpointing
 
 
 def tiny_model(**config_overrides):
@@ -101,7 +102,7 @@ def test_gradient_checkpointing_sliding_windows_and_other_kernels_keep_the_plain
     monkeypatch.setenv(SHARED_PROMPT_ENV, "1")
     batch = grouped_batch()
     checkpointed = tiny_model()
-    checkpointed.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable_activation_checkpointing(checkpointed)
     checkpointed.train()
     calls = count_forward_rows(checkpointed)
     sequence_log_probs(checkpointed, batch, with_entropy=False)
