@@ -26,15 +26,8 @@ from rlhfctl.single_controller import Dispatch, Execute, register
 from workers.recipe import model_config, optim_config, section, trainer_config
 from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import (
-    allreduce_mean,
-    build_optimizer,
-    build_scheduler,
-    check_same_across_ranks,
-    enable_activation_checkpointing,
-    optimize_on_batch,
-    wrap_ddp,
-)
+from workers.training import (allreduce_mean, build_optimizer, build_scheduler, check_same_across_ranks,
+                              enable_activation_checkpointing, optimize_on_batch, wrap_ddp)
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 
