@@ -125,7 +125,11 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
         for span in inside:
             entry["rank_s"][(span["pid"], span["tid"])] += span["dur"] / _US
     methods = {}
-    for name, entry in sorted(per_method.items(), key=lambda item: -item[1]["total_s"]):
+    # Slowest-rank compute first: a call's own span on the driver also counts the time it waited behind
+    # calls sent before it to the same ranks (the trainer queues the scoring calls behind generation).
+    by_rank_time = sorted(per_method.items(), key=lambda item: (-max(item[1]["rank_s"].values(), default=0.0),
+                                                                -item[1]["total_s"]))
+    for name, entry in by_rank_time:
         rank_times = entry["rank_s"]
         slowest = max(rank_times.values(), default=0.0)
         fastest = min(rank_times.values(), default=0.0)
@@ -177,5 +181,6 @@ def brief_summary(summary: dict[str, Any], top: int = 3) -> dict[str, str]:
     in_steps = [(name, entry) for name, entry in summary["methods"].items() if not name.endswith(".init_model")]
     for name, entry in in_steps[:top]:
         imbalance = f", rank imbalance {entry['imbalance']:.2f}x" if entry.get("imbalance") else ""
-        brief[f"dispatch/{name}"] = f"{entry['calls']} calls, {entry['total_s']:.2f} s total{imbalance}"
+        calls = f"{entry['calls']} call{'' if entry['calls'] == 1 else 's'}"
+        brief[f"dispatch/{name}"] = f"{calls}, {entry['slowest_rank_s']:.2f} s on the ranks{imbalance}"
     return brief

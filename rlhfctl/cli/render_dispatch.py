@@ -95,14 +95,17 @@ def render_plan(console: Console, plan: dict[str, Any], show_roles: bool = True)
 def render_trace_summary(console: Console, path: Any, summary: dict[str, Any]) -> None:
     """The dispatch trace of a run: one row per role.method, then the orchestration share."""
     table = Table(title=f"dispatch trace: {path}", title_justify="left")
-    for column in ("role.method", "calls", "total s", "mean s", "slowest rank s", "fastest rank s", "imbalance", "MB sent"):
-        table.add_column(column, justify="left" if column == "role.method" else "right")
+    name_width = max((len(name) for name in summary["methods"]), default=11)
+    table.add_column("role.method", justify="left", no_wrap=True, min_width=name_width)
+    for column in ("calls", "slowest rank s", "fastest rank s", "imbalance", "in flight s", "mean in flight s", "MB sent"):
+        table.add_column(column, justify="right")
     for name, entry in summary["methods"].items():
         imbalance = f"{entry['imbalance']:.2f}x" if entry.get("imbalance") else "-"
-        table.add_row(name, str(entry["calls"]), f"{entry['total_s']:.3f}", f"{entry['mean_s']:.4f}",
-                      f"{entry['slowest_rank_s']:.3f}", f"{entry['fastest_rank_s']:.3f}", imbalance,
-                      f"{entry['bytes_sent'] / 1e6:.2f}")
+        table.add_row(name, str(entry["calls"]), f"{entry['slowest_rank_s']:.3f}", f"{entry['fastest_rank_s']:.3f}",
+                      imbalance, f"{entry['total_s']:.3f}", f"{entry['mean_s']:.4f}", f"{entry['bytes_sent'] / 1e6:.2f}")
     console.print(table)
+    print_line(console, "slowest/fastest rank s: compute on the ranks; in flight s: from sent to collected, "
+                        "including the wait behind earlier calls to the same ranks")
     share = summary.get("orchestration_share")
     share_text = f"{100 * share:.1f}%" if share is not None else "n/a"
     console.print(f"steps {summary['steps']}, calls {summary['calls']}, step time {summary['step_s']:.2f} s, "

@@ -9,7 +9,7 @@ import torch
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup
-from rlhfctl.trace import TraceRecorder, summarize_trace
+from rlhfctl.trace import TraceRecorder, brief_summary, summarize_trace
 from tests.single_controller.sample_workers import EchoWorker
 
 
@@ -43,7 +43,7 @@ def test_trace_has_driver_and_rank_tracks_and_a_consistent_summary(tmp_path):
     sleep = summary["methods"]["echo.sleep"]
     assert sleep["calls"] == 1 and sleep["slowest_rank_s"] >= 0.05
     assert 0.0 <= summary["orchestration_share"] < 1.0
-    assert list(summary["methods"])[0] == "echo.sleep"  # sorted by total time
+    assert list(summary["methods"])[0] == "echo.sleep"  # sorted by the slowest rank's compute
 
 
 def _span(name, cat, pid, tid, start_s, end_s, **args):
@@ -60,6 +60,9 @@ def test_orchestration_is_step_time_not_covered_by_any_worker():
         _span("reward.compute_rewards", "call", 0, 0, 4.0, 9.0, bytes_sent=50),
         _span("reward.compute_rewards", "worker", 2, 0, 4.0, 6.0),
         _span("reward.compute_rewards", "worker", 2, 0, 5.0, 8.0),  # overlaps the span before: counted once
+        # Sent with generation and queued behind it: long in flight, short on its rank.
+        _span("reference.compute_ref_log_prob", "call", 0, 0, 0.0, 9.5, bytes_sent=0),
+        _span("reference.compute_ref_log_prob", "worker", 3, 0, 1.0, 1.5),
     ]}
     summary = summarize_trace(trace)
     # Covered: [0.5, 3.5] + [4, 8] = 7 s of a 10 s step.
@@ -68,3 +71,8 @@ def test_orchestration_is_step_time_not_covered_by_any_worker():
     generate = summary["methods"]["actor.generate_sequences"]
     assert generate["slowest_rank_s"] == 3.0 and generate["fastest_rank_s"] == 2.0 and generate["imbalance"] == 1.5
     assert generate["bytes_sent"] == 100
+    # Sorted by the slowest rank's compute (5, 3, 0.5 s), not by the time in flight (5, 4, 9.5 s).
+    assert list(summary["methods"]) == ["reward.compute_rewards", "actor.generate_sequences",
+                                        "reference.compute_ref_log_prob"]
+    brief = brief_summary(summary)
+    assert brief["dispatch/actor.generate_sequences"] == "1 call, 3.00 s on the ranks, rank imbalance 1.50x"
