@@ -125,11 +125,7 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
         for span in inside:
             entry["rank_s"][(span["pid"], span["tid"])] += span["dur"] / _US
     methods = {}
-    # Slowest-rank compute first: a call's own span on the driver also counts the time it waited behind
-    # calls sent before it to the same ranks (the trainer queues the scoring calls behind generation).
-    by_rank_time = sorted(per_method.items(), key=lambda item: (-max(item[1]["rank_s"].values(), default=0.0),
-                                                                -item[1]["total_s"]))
-    for name, entry in by_rank_time:
+    for name, entry in per_method.items():
         rank_times = entry["rank_s"]
         slowest = max(rank_times.values(), default=0.0)
         fastest = min(rank_times.values(), default=0.0)
@@ -142,6 +138,9 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
             "imbalance": round(slowest / fastest, 3) if fastest > 0 else None,
             "bytes_sent": entry["bytes_sent"],
         }
+    # Slowest-rank compute first: a call's own span on the driver also counts the time it waited behind
+    # calls sent before it to the same ranks (the trainer queues the scoring calls behind generation).
+    methods = dict(sorted(methods.items(), key=lambda item: (-item[1]["slowest_rank_s"], -item[1]["total_s"])))
     step_total_us = sum(step["dur"] for step in steps)
     # Orchestration: the part of each step during which no worker was computing (driver-side
     # dispatch, collect, serialization, transfer and the driver's own bookkeeping).

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.single_controller.futures import GroupFuture, union_pending
+from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
@@ -200,9 +200,8 @@ class PPOTrainer(TrainerRuntime):
 
     @staticmethod
     def _join(batch: DataProto, futures: list[GroupFuture]) -> DataProto:
-        for future in futures:
-            batch = batch.union(future.get())
-        return batch
+        """The batch with the futures' results joined in, on the driver."""
+        return PendingUnion(batch, tuple(futures)).get()
 
     def _needs_old_log_probs(self) -> bool:
         """A separate old-log-prob pass is redundant for a single on-policy epoch over one mini-batch."""
