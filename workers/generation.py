@@ -17,6 +17,7 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from workers.decode_mask import decode_attention_mask
+from workers.fast_decode import fast_decoder
 from workers.forward import base_model, cache_from, lm_forward
 from workers.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
@@ -155,9 +156,15 @@ def sample_responses(
             logits = logits.repeat_interleave(repeats, 0)
             mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
         rows = mask.shape[0]
-        # With our cache the decoding steps' 4D mask is built once; otherwise the 2D mask grows per token.
-        step_masks = decode_attention_mask(inner, mask, params.max_new_tokens) if cache_is_ours else None
         next_position = positions[:, -1:] + 1
+        # With our cache, llama-family models decode in fewer ops (workers/fast_decode.py); other models
+        # get the decoding steps' 4D mask built once, or else the 2D mask growing per token.
+        decoder = step_masks = None
+        if cache_is_ours:
+            max_position = int(next_position.max()) + params.max_new_tokens
+            decoder = fast_decoder(inner, cache, mask, params.max_new_tokens, max_position)
+            if decoder is None:
+                step_masks = decode_attention_mask(inner, mask, params.max_new_tokens)
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
         tokens, valid = [], []
         for step in range(params.max_new_tokens):
@@ -168,14 +175,17 @@ def sample_responses(
             finished = finished | torch.isin(chosen, eos)
             if bool(finished.all()) or step == params.max_new_tokens - 1:
                 break
-            if step_masks is not None:
-                step_mask = step_masks[..., : prompt_width + step + 1]
+            if decoder is not None:
+                logits = decoder.step(chosen.unsqueeze(-1), next_position)
             else:
-                mask = step_mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
-            output = lm_forward(
-                model, chosen.unsqueeze(-1), step_mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
-            )
-            cache, logits = cache_from(output), output.logits[:, -1, :]
+                if step_masks is not None:
+                    step_mask = step_masks[..., : prompt_width + step + 1]
+                else:
+                    mask = step_mask = torch.cat([mask, torch.ones(rows, 1, dtype=mask.dtype, device=device)], dim=1)
+                output = lm_forward(
+                    model, chosen.unsqueeze(-1), step_mask, next_position, cache=cache, use_cache=True, logits_to_keep=1
+                )
+                cache, logits = cache_from(output), output.logits[:, -1, :]
             next_position = next_position + 1
     responses = torch.full((rows, params.max_new_tokens), pad_id, dtype=input_ids.dtype, device=device)
     response_mask = torch.zeros((rows, params.max_new_tokens), dtype=attention_mask.dtype, device=device)

@@ -16,6 +16,12 @@ from workers.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 
 
+@pytest.fixture(autouse=True)
+def transformers_decoding_steps(monkeypatch):
+    """These tests are about the mask transformers' decoding step gets: keep the fast decoder out."""
+    monkeypatch.setenv("RLHFCTL_FAST_DECODE", "0")
+
+
 def tiny_model(attn_implementation: str, **config_overrides):
     model_cfg = {**TINY_MODEL, "config": {**TINY_MODEL["config"], **config_overrides},
                  "attn_implementation": attn_implementation}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlhfctl.models.loading import load_causal_lm
@@ -31,7 +32,9 @@ def sample(model, monkeypatch, cache_factory):
                             generator=torch.Generator().manual_seed(3))
 
 
-def test_sampling_with_the_preallocated_cache_matches_the_growing_cache(monkeypatch):
+@pytest.mark.parametrize("fast_decode", ["0", "1"])  # transformers' decoding step, and workers/fast_decode.py
+def test_sampling_with_the_preallocated_cache_matches_the_growing_cache(monkeypatch, fast_decode):
+    monkeypatch.setenv("RLHFCTL_FAST_DECODE", fast_decode)
     model = tiny_model()
     preallocated = sample(model, monkeypatch, preallocated_cache)
     growing = sample(model, monkeypatch, lambda model, capacity: None)  # transformers' own DynamicCache
