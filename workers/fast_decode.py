@@ -72,8 +72,8 @@ def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
 class FastDecoder:
     """Decodes one token per row per :meth:`step`, continuing the prompt pass's preallocated cache."""
 
-    def __init__(self, model: nn.Module, layers: list[_Layer], prompt_mask: torch.Tensor, max_new_tokens: int,
-                 max_position: int) -> None:
+    def __init__(self, model: nn.Module, layers: list[_Layer], rotary: tuple[torch.Tensor, torch.Tensor],
+                 prompt_mask: torch.Tensor, max_new_tokens: int) -> None:
         inner = model.model
         config = model.config
         self.embed = inner.embed_tokens
@@ -82,14 +82,9 @@ class FastDecoder:
         self.layers = layers
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
-        attention = inner.layers[0].self_attn
-        self.head_dim = int(getattr(attention, "head_dim", None) or config.hidden_size // self.heads)
-        self.scaling = float(getattr(attention, "scaling", None) or self.head_dim**-0.5)
-        weight = self.embed.weight
-        # The model's own rotary embedding, evaluated once for every position this rollout can reach.
-        positions = torch.arange(max_position + 1, device=weight.device)[None, :]
-        cos, sin = inner.rotary_emb(weight, positions)
-        self.cos, self.sin = cos[0], sin[0]
+        self.cos, self.sin = rotary
+        self.head_dim = int(self.cos.shape[-1])
+        self.scaling = float(getattr(inner.layers[0].self_attn, "scaling", None) or self.head_dim**-0.5)
         rows = prompt_mask.shape[0]
         generated = torch.ones(rows, max_new_tokens, dtype=torch.bool, device=prompt_mask.device)
         self.mask = torch.cat([prompt_mask.bool(), generated], dim=1)[:, None, None, :]
@@ -143,6 +138,19 @@ def _window_fits(attention: nn.Module, config: Any, capacity: int) -> bool:
     return window is None or int(window) >= capacity
 
 
+def _rotary_table(model: nn.Module, max_position: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """cos and sin (positions, head_dim) from the model's own rotary embedding, for positions 0..max_position."""
+    weight = model.model.embed_tokens.weight
+    positions = torch.arange(max_position + 1, device=weight.device)[None, :]
+    try:
+        cos, sin = model.model.rotary_emb(weight, positions)
+    except TypeError:  # a transformers whose rotary embedding takes other arguments: keep its own step
+        return None
+    if cos.shape != (1, max_position + 1, head_dim):
+        return None
+    return cos[0], sin[0]
+
+
 def fast_decoder(model: nn.Module, cache: Any, prompt_mask: torch.Tensor, max_new_tokens: int,
                  max_position: int) -> FastDecoder | None:
     """A :class:`FastDecoder` over ``cache`` (a :func:`workers.kv_cache.preallocated_cache` the prompt
@@ -179,4 +187,9 @@ def fast_decoder(model: nn.Module, cache: Any, prompt_mask: torch.Tensor, max_ne
                 and isinstance(cache_layer, getattr(kv_cache, "PreallocatedLayer", ()))):
             return None
         layers.append(_Layer(norms[0], *projections, norms[1], *mlp_parts, mlp.act_fn, cache_layer))
-    return FastDecoder(model, layers, prompt_mask, max_new_tokens, max_position)
+    attention = decoder_layers[0].self_attn
+    head_dim = int(getattr(attention, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    rotary_table = _rotary_table(model, max_position, head_dim)
+    if rotary_table is None:
+        return None
+    return FastDecoder(model, layers, rotary_table, prompt_mask, max_new_tokens)
