@@ -133,9 +133,12 @@ def test_models_it_cannot_reproduce_keep_the_transformers_step(monkeypatch):
     assert decoder_for(model_for(dynamic_rope)) is None
     lora = apply_lora(model_for(QWEN2), {"r": 2, "target_modules": ["q_proj", "v_proj"]}, seed=0)
     assert decoder_for(lora) is None  # an adapter's layers are not plain nn.Linear
-    other_rotary = model_for(QWEN2)  # a rotary embedding that wants more than (x, position_ids)
-    other_rotary.model.rotary_emb.forward = lambda x, position_ids, layer_type: None
-    assert decoder_for(other_rotary) is None
+    other_rotary = model_for(QWEN2)
+    ids, mask = left_padded_prompts()
+    with torch.inference_mode():
+        cache, _ = prompt_pass(other_rotary, ids, mask)
+    other_rotary.model.rotary_emb.forward = lambda x, position_ids, layer_type: None  # wants more arguments
+    assert fast_decoder(other_rotary, cache, mask, STEPS, 20) is None
     flex = model_for(QWEN2)
     flex.config._attn_implementation = "flex_attention"
     assert decoder_for(flex) is None
