@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
@@ -67,3 +68,12 @@ def digits_prompts(num: int = 4, seed: int = 0, **meta_info: Any) -> DataProto:
         },
         meta_info=meta_info,
     )
+
+
+def left_padded_prompt_ids(rows: int, width: int, padding: dict[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded random prompt ids (rows, width) and their mask, with ``padding[row]`` padding positions on the left."""
+    ids = torch.randint(5, 60, (rows, width), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    for row, count in padding.items():
+        mask[row, :count] = 0
+    return ids, mask

@@ -7,7 +7,7 @@ import torch
 from transformers.models.qwen2 import modeling_qwen2
 
 from rlhfctl.models.loading import load_causal_lm
-from tests.workers.recipes import TINY_MODEL, tokenizer
+from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
 from workers import generation
 from workers.decode_mask import decode_attention_mask
 from workers.forward import cache_from, lm_forward
@@ -29,11 +29,7 @@ def tiny_model(attn_implementation: str, **config_overrides):
 
 
 def left_padded_prompts():
-    ids = torch.randint(5, 60, (4, 7), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[0, :4] = 0
-    mask[1, :1] = 0
-    return ids, mask
+    return left_padded_prompt_ids(4, 7, {0: 4, 1: 1})
 
 
 def sample(model, samples_per_prompt=3, max_new_tokens=12):

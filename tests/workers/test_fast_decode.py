@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlhfctl.models.loading import load_causal_lm
-from tests.workers.recipes import TINY_MODEL, tokenizer
+from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
 from workers.fast_decode import FastDecoder, fast_decoder
 from workers.forward import base_model, cache_from, lm_forward
 from workers.generation import SamplingParams, sample_responses
@@ -32,11 +32,7 @@ def model_for(config: dict, attn_implementation: str = "sdpa", dtype: str | None
 
 
 def left_padded_prompts():
-    ids = torch.randint(5, 60, (3, 6), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[0, :3] = 0
-    mask[2, :1] = 0
-    return ids, mask
+    return left_padded_prompt_ids(3, 6, {0: 3, 2: 1})
 
 
 def prompt_pass(model, ids, mask):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlhfctl.models.loading import load_causal_lm
-from tests.workers.recipes import TINY_MODEL, tokenizer
+from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
 from workers import generation
 from workers.generation import SamplingParams, sample_responses
 from workers.kv_cache import PreallocatedLayer, preallocated_cache
@@ -18,10 +18,7 @@ def tiny_model(**config_overrides):
 
 
 def prompts():
-    ids = torch.randint(5, 60, (6, 7), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[:2, :3] = 0  # left padding on two rows
-    return ids, mask
+    return left_padded_prompt_ids(6, 7, {0: 3, 1: 3})  # left padding on two rows
 
 
 def sample(model, monkeypatch, cache_factory):
