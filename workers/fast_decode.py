@@ -107,9 +107,9 @@ class FastDecoder:
             qk = torch.cat([q, k], dim=2).transpose(1, 2)
             rotated = qk * cos + torch.cat([-qk[..., half:], qk[..., :half]], dim=-1) * sin
             keys, values = layer.cache.update(rotated[:, heads:], v.transpose(1, 2))
-            attended = F.scaled_dot_product_attention(
-                rotated[:, :heads], keys, values, attn_mask=self.mask[..., : keys.shape[-2]], scale=self.scaling, enable_gqa=kv_heads != heads
-            )
+            attended = F.scaled_dot_product_attention(rotated[:, :heads], keys, values,
+                                                      attn_mask=self.mask[..., : keys.shape[-2]],
+                                                      scale=self.scaling, enable_gqa=kv_heads != heads)
             hidden = hidden + F.linear(attended.transpose(1, 2).reshape(rows, 1, heads * head_dim),
                                        layer.o_proj.weight, layer.o_proj.bias)
             normed = _rms_norm(hidden, layer.post_norm)
