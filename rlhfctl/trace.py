@@ -143,8 +143,15 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
     methods = dict(sorted(methods.items(), key=lambda item: (-item[1]["slowest_rank_s"], -item[1]["total_s"])))
     step_total_us = sum(step["dur"] for step in steps)
     # Orchestration: the part of each step during which no worker was computing (driver-side
-    # dispatch, collect, serialization, transfer and the driver's own bookkeeping).
-    overhead_us = sum(step["dur"] - _covered(workers, step["ts"], step["ts"] + step["dur"]) for step in steps)
+    # dispatch, collect, serialization, transfer and the driver's own bookkeeping), named by the
+    # hand-over it falls in: the worker call that ended before it and the one that started after it.
+    idle_us: dict[str, float] = defaultdict(float)
+    for step in steps:
+        for before, after, length in _idle_gaps(workers, step["ts"], step["ts"] + step["dur"]):
+            idle_us[f"{before} -> {after}"] += length
+    overhead_us = sum(idle_us.values())
+    idle = {boundary: {"total_s": round(total / _US, 6), "per_step_ms": round(total / 1e3 / len(steps), 3)}
+            for boundary, total in sorted(idle_us.items(), key=lambda item: -item[1])}
     return {
         "steps": len(steps),
         "calls": len(calls),
@@ -152,24 +159,26 @@ def summarize_trace(trace: dict[str, Any] | str | Path) -> dict[str, Any]:
         "orchestration_s": round(overhead_us / _US, 6),
         "step_s": round(step_total_us / _US, 6),
         "orchestration_share": round(overhead_us / step_total_us, 4) if step_total_us else None,
+        "idle_by_boundary": idle,
     }
 
 
-def _covered(spans: list[dict[str, Any]], start: float, end: float) -> float:
-    """Length of the union of ``spans`` clipped to [start, end]."""
-    intervals = sorted((max(start, s["ts"]), min(end, s["ts"] + s["dur"])) for s in spans
-                       if s["ts"] < end and s["ts"] + s["dur"] > start)
-    covered, current_start, current_end = 0.0, None, None
-    for lo, hi in intervals:
-        if current_end is None or lo > current_end:
-            if current_end is not None:
-                covered += current_end - current_start
-            current_start, current_end = lo, hi
-        else:
-            current_end = max(current_end, hi)
-    if current_end is not None:
-        covered += current_end - current_start
-    return covered
+STEP_START, STEP_END = "step start", "step end"
+
+
+def _idle_gaps(spans: list[dict[str, Any]], start: float, end: float) -> list[tuple[str, str, float]]:
+    """The parts of [start, end] no span covers, as (call that ended before, call that started after, length)."""
+    clipped = sorted((max(start, s["ts"]), min(end, s["ts"] + s["dur"]), s["name"]) for s in spans
+                     if s["ts"] < end and s["ts"] + s["dur"] > start)
+    gaps, covered_to, last_name = [], start, STEP_START
+    for lo, hi, name in clipped:
+        if lo > covered_to:
+            gaps.append((last_name, name, lo - covered_to))
+        if hi >= covered_to:
+            covered_to, last_name = hi, name
+    if end > covered_to:
+        gaps.append((last_name, STEP_END, end - covered_to))
+    return gaps
 
 
 def brief_summary(summary: dict[str, Any], top: int = 3) -> dict[str, str]:

@@ -92,6 +92,9 @@ def render_plan(console: Console, plan: dict[str, Any], show_roles: bool = True)
         print_line(console, "no dataflow step matches the filters")
 
 
+IDLE_ROWS = 8  # hand-overs shown; the JSON output has them all
+
+
 def render_trace_summary(console: Console, path: Any, summary: dict[str, Any]) -> None:
     """The dispatch trace of a run: one row per role.method, then the orchestration share."""
     table = Table(title=f"dispatch trace: {path}", title_justify="left")
@@ -111,3 +114,12 @@ def render_trace_summary(console: Console, path: Any, summary: dict[str, Any]) -
     console.print(f"steps {summary['steps']}, calls {summary['calls']}, step time {summary['step_s']:.2f} s, "
                   f"orchestration {summary['orchestration_s']:.3f} s ({share_text} of step time: driver-side dispatch, "
                   "collect, serialization and waiting that is not worker compute)")
+    idle = summary.get("idle_by_boundary") or {}
+    if idle:
+        boundaries = Table(title="where no worker computes: by hand-over", title_justify="left")
+        boundaries.add_column("call that ended -> call that started", justify="left", no_wrap=True)
+        boundaries.add_column("ms per step", justify="right")
+        boundaries.add_column("total s", justify="right")
+        for boundary, entry in list(idle.items())[:IDLE_ROWS]:
+            boundaries.add_row(boundary, f"{entry['per_step_ms']:.2f}", f"{entry['total_s']:.3f}")
+        console.print(boundaries)

@@ -26,5 +26,7 @@ def test_trace_mode_summarizes_a_run_directory(tmp_path):
     assert data["orchestration_share"] == 0.4
     table = runner.invoke(app, ["inspect-dispatch", "--trace", str(tmp_path)])
     assert table.exit_code == 0 and "actor.update_actor" in table.output and "orchestration" in table.output
+    assert "by hand-over" in table.output and "actor.update_actor -> step end" in table.output
+    assert data["idle_by_boundary"]["actor.update_actor -> step end"] == {"total_s": 0.7, "per_step_ms": 700.0}
     missing = runner.invoke(app, ["inspect-dispatch", "--trace", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "trainer.trace=true" in missing.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from rlhfctl.protocol import DataProto
@@ -68,6 +69,12 @@ def test_orchestration_is_step_time_not_covered_by_any_worker():
     # Covered: [0.5, 3.5] + [4, 8] = 7 s of a 10 s step.
     assert summary["orchestration_s"] == 3.0
     assert summary["orchestration_share"] == 0.3
+    # The same 3 s, named by the hand-over each idle stretch falls in, largest first.
+    assert summary["idle_by_boundary"] == {
+        "reward.compute_rewards -> step end": {"total_s": 2.0, "per_step_ms": 2000.0},
+        "step start -> actor.generate_sequences": {"total_s": 0.5, "per_step_ms": 500.0},
+        "actor.generate_sequences -> reward.compute_rewards": {"total_s": 0.5, "per_step_ms": 500.0},
+    }
     generate = summary["methods"]["actor.generate_sequences"]
     assert generate["slowest_rank_s"] == 3.0 and generate["fastest_rank_s"] == 2.0 and generate["imbalance"] == 1.5
     assert generate["bytes_sent"] == 100
@@ -76,3 +83,25 @@ def test_orchestration_is_step_time_not_covered_by_any_worker():
                                         "reference.compute_ref_log_prob"]
     brief = brief_summary(summary)
     assert brief["dispatch/actor.generate_sequences"] == "1 call, 3.00 s on the ranks, rank imbalance 1.50x"
+
+
+def test_idle_time_is_split_per_hand_over_and_averaged_over_steps():
+    trace = {"traceEvents": [
+        _span("step 1", "step", 0, 1, 0.0, 1.0),
+        _span("actor.generate_sequences", "worker", 1, 0, 0.0, 0.4),
+        _span("reference.compute_ref_log_prob", "worker", 1, 0, 0.5, 1.0),
+        _span("step 2", "step", 0, 1, 1.0, 2.0),
+        _span("actor.generate_sequences", "worker", 1, 0, 1.0, 1.2),
+        _span("reward.compute_rewards", "worker", 2, 0, 1.1, 1.3),  # starts inside the span before it
+        _span("reference.compute_ref_log_prob", "worker", 1, 0, 1.6, 1.85),
+    ]}
+    summary = summarize_trace(trace)
+    idle = summary["idle_by_boundary"]
+    assert list(idle) == ["reward.compute_rewards -> reference.compute_ref_log_prob",  # 0.3 s
+                          "reference.compute_ref_log_prob -> step end",  # 0.15 s
+                          "actor.generate_sequences -> reference.compute_ref_log_prob"]  # 0.1 s
+    assert idle["reward.compute_rewards -> reference.compute_ref_log_prob"]["total_s"] == pytest.approx(0.3)
+    assert idle["actor.generate_sequences -> reference.compute_ref_log_prob"]["per_step_ms"] == pytest.approx(50.0)
+    assert sum(entry["total_s"] for entry in idle.values()) == pytest.approx(summary["orchestration_s"])
+    empty = summarize_trace({"traceEvents": [_span("step 1", "step", 0, 1, 0.0, 1.0)]})
+    assert empty["idle_by_boundary"] == {"step start -> step end": {"total_s": 1.0, "per_step_ms": 1000.0}}
