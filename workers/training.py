@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlhfctl.models.loading import enable_activation_checkpointing  # the workers' checkpointing switch
+
 __all__ = [
     "LRSchedule",
     "allreduce_mean",
@@ -25,6 +27,7 @@ __all__ = [
     "build_scheduler",
     "check_same_across_ranks",
     "distributed",
+    "enable_activation_checkpointing",
     "optimize_on_batch",
     "trainable_parameters",
     "unwrap",
@@ -68,19 +71,6 @@ class LRSchedule:
 def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """Parameters with ``requires_grad`` (the LoRA adapter only, for a peft model)."""
     return [parameter for parameter in model.parameters() if parameter.requires_grad]
-
-
-def enable_activation_checkpointing(model: nn.Module) -> None:
-    """Recompute activations in the backward pass instead of keeping them (``model.gradient_checkpointing``).
-
-    transformers 5 renamed ``gradient_checkpointing_enable`` to ``activation_checkpointing_enable`` and
-    warns on the old name; older releases only have the old one.
-    """
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    if enable is not None:
-        enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def build_optimizer(model: nn.Module, optim: Mapping[str, Any]) -> torch.optim.Optimizer:

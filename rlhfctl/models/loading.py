@@ -308,6 +308,21 @@ def load_causal_lm(
     return model
 
 
+def enable_activation_checkpointing(model: nn.Module, options: dict[str, Any] | None = None) -> None:
+    """Recompute activations in the backward pass instead of keeping them (``model.gradient_checkpointing``).
+
+    transformers 5 renamed ``gradient_checkpointing_enable`` to ``activation_checkpointing_enable`` and
+    warns on the old name; older releases only have the old one. ``options`` default to the
+    non-reentrant checkpoint.
+    """
+    options = options if options is not None else {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs=options)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+
+
 class CausalLMWithValueHead(nn.Module):
     """Value model for architectures without a token-classification head: backbone + linear(1)."""
 
@@ -357,14 +372,9 @@ class CausalLMWithValueHead(nn.Module):
         state = {key: tensor.detach().cpu().contiguous() for key, tensor in self.value_head.state_dict().items()}
         save_file(state, str(Path(directory) / _VALUE_HEAD_FILE))
 
-    def activation_checkpointing_enable(self, **kwargs: Any) -> None:
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
         """Forward to the backbone so workers can treat both value-model kinds alike."""
-        enable = getattr(self.backbone, "activation_checkpointing_enable", None)
-        if enable is not None:
-            enable(**kwargs)
-        else:
-            self.backbone.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs=kwargs.get("activation_checkpointing_kwargs"))
+        enable_activation_checkpointing(self.backbone, activation_checkpointing_kwargs)
 
     def forward(
         self,
