@@ -55,6 +55,8 @@ class TraceRecorder:
                 continue
             seen.add(id(hosts))
             track = "+".join(sorted(g.role for g in groups if getattr(g, "_hosts", None) is hosts))
+            if group.backend == "local":  # ranks run in this process (ray.backend: local, or pool: driver)
+                track += " (driver process)"
             self._requested.append((track, group.request_rank_spans()))
 
     def flush(self, timeout: float | None = None) -> None:

@@ -10,6 +10,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlhfctl.recipe.pools import DRIVER_POOL
+
 __all__ = [
     "ACTOR_DEFAULTS",
     "CRITIC_DEFAULTS",
@@ -182,12 +184,14 @@ def samples_per_rank(mini_batch_prompts: int | None, n: int, world_size: int, ro
 def uses_gpu(recipe: Mapping[str, Any], role: str) -> bool:
     """Whether ``role`` runs on CUDA: its pool's ``use_gpu``.
 
-    The pool is ``roles.<role>.pool`` (or ``resource_pool``); without one, a recipe with a single
+    The pool is ``roles.<role>.pool`` (or ``resource_pool``; ``driver`` is the CPU); without one, a recipe with a single
     pool uses that pool, and otherwise the placement decides (a GPU assigned by Ray to this process).
     """
     pools = section(recipe, "resource_pools")
     role_section = section(recipe, "roles", role)
     name = role_section.get("pool") or role_section.get("resource_pool")
+    if name == DRIVER_POOL:  # a reward function run in the driver process, on its CPU
+        return False
     if name is not None:
         if name not in pools:
             raise ValueError(

@@ -31,7 +31,8 @@ def render_pools(console: Console, report: ValidationReport) -> None:
         table.add_column(column)
     for pool in report.pools.values():
         roles = ", ".join(pool.roles) or "(unused)"
-        table.add_row(_cell(pool.name), _cell(pool.world_size), _cell(list(pool.process_on_nodes)), _cell(pool.gpus), _cell(roles))
+        nodes = "the driver process" if pool.in_driver else list(pool.process_on_nodes)
+        table.add_row(_cell(pool.name), _cell(pool.world_size), _cell(nodes), _cell(pool.gpus), _cell(roles))
     console.print(table)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rlhfctl.recipe.errors import did_you_mean
-from rlhfctl.recipe.pools import PoolInfo, resolve_pools
+from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
 from rlhfctl.recipe.report import Issue, error, warning
 from rlhfctl.recipe.roles import present_roles
 
@@ -18,9 +18,16 @@ def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
     """The resolved pools, with errors for undeclared pools and resources the Ray settings cannot give."""
     declared = [str(name) for name in cfg.resource_pools]
     issues = []
+    if DRIVER_POOL in declared:
+        issues.append(error(f"resource_pools.{DRIVER_POOL}", (
+            f"resource_pools.{DRIVER_POOL}: the name {DRIVER_POOL!r} is reserved for a reward function run in the "
+            "driver process (roles.reward.pool: driver); rename this pool"
+        )))
     for role in present_roles(cfg):
         pool = str(cfg.roles[role].pool)
-        if pool not in declared:
+        if pool == DRIVER_POOL:
+            issues += _driver_role(cfg, role)
+        elif pool not in declared:
             key = f"roles.{role}.pool"
             issues.append(error(key, (
                 f"{key}: pool {pool!r} is not declared in resource_pools (declared: {', '.join(declared)})"
@@ -30,8 +37,24 @@ def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
     for pool in pools.values():
         if not pool.roles:
             issues.append(warning(f"resource_pools.{pool.name}", f"resource_pools.{pool.name}: no role uses this pool; it is not started"))
-    issues += _resources(cfg, [pool for pool in pools.values() if pool.roles])
+    issues += _resources(cfg, [pool for pool in pools.values() if pool.roles and not pool.in_driver])
     return pools, issues
+
+
+def _driver_role(cfg: Any, role: str) -> list[Issue]:
+    """Only a reward function may run in the driver: models and training roles need worker processes."""
+    key = f"roles.{role}.pool"
+    if role != "reward":
+        return [error(key, (
+            f"{key}: only roles.reward can run in the driver (pool: {DRIVER_POOL}); {role} needs a pool "
+            "declared in resource_pools"
+        ))]
+    if cfg.roles[role].get("model") is not None:
+        return [error(key, (
+            f"{key}: a reward model needs a pool declared in resource_pools; pool: {DRIVER_POOL} is for a reward "
+            f"function (roles.{role}.function or data.task)"
+        ))]
+    return []
 
 
 def _cpus_per_process(pool: PoolInfo) -> float:

@@ -8,7 +8,11 @@ from typing import Any
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.roles import present_roles
 
-__all__ = ["PoolInfo", "pool_of", "resolve_pools"]
+__all__ = ["DRIVER_POOL", "PoolInfo", "pool_of", "resolve_pools"]
+
+DRIVER_POOL = "driver"
+"""``roles.reward.pool: driver`` runs a reward function in the driver process: no worker process, and no
+Ray hand-over between generation and scoring (rule-based rewards are cheap; a reward model needs a pool)."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,7 @@ class PoolInfo:
     use_gpu: bool
     max_colocate_count: int
     num_cpus_per_process: float | None
+    in_driver: bool = False
 
     @property
     def world_size(self) -> int:
@@ -48,6 +53,7 @@ class PoolInfo:
             "gpus": self.gpus,
             "max_colocate_count": self.max_colocate_count,
             "num_cpus_per_process": self.num_cpus_per_process,
+            "in_driver": self.in_driver,
         }
 
 
@@ -57,8 +63,11 @@ def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
     With ``strict`` a role naming an undeclared pool raises RecipeError; otherwise that role is left out.
     """
     members: dict[str, list[str]] = {name: [] for name in cfg.resource_pools}
+    in_driver = [role for role in present_roles(cfg) if cfg.roles[role].pool == DRIVER_POOL]
     for role in present_roles(cfg):
         pool = cfg.roles[role].pool
+        if pool == DRIVER_POOL and DRIVER_POOL not in members:
+            continue
         if pool in members:
             members[pool].append(role)
         elif strict:
@@ -79,6 +88,9 @@ def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
             max_colocate_count=int(spec.max_colocate_count),
             num_cpus_per_process=None if spec.num_cpus_per_process is None else float(spec.num_cpus_per_process),
         )
+    if in_driver and DRIVER_POOL not in pools:
+        pools[DRIVER_POOL] = PoolInfo(name=DRIVER_POOL, roles=tuple(in_driver), process_on_nodes=(1,), use_gpu=False,
+                                      max_colocate_count=1, num_cpus_per_process=None, in_driver=True)
     return pools
 
 

@@ -125,7 +125,7 @@ class RewardRole:
     """Scores responses with a reward function (or a reward model)."""
 
     worker: str = _field("workers.reward.RewardWorker", "importable worker class, module.Class or module:Class")
-    pool: str = _field("main", "resource pool the role runs on")
+    pool: str = _field("main", "resource pool the role runs on; driver: the reward function runs in the driver process")
     function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)

@@ -169,12 +169,18 @@ class PPOTrainer(TrainerRuntime):
         rollout future itself, so each rank starts from its own shard as soon as generation ends,
         without a round trip through the driver. Other groups get the rollout fetched by the driver.
         The reference goes last: colocated roles run in submission order, and the advantages need
-        only the reward and the values.
+        only the reward and the values. A reward in the driver (``pool: driver``) is scored when the
+        driver first needs it: a call there runs when it is made, and would wait for the rollout.
         """
         calls = {"reward": (self.reward, "compute_rewards"), "values": (self.critic, "compute_values"),
                  "ref_log_prob": (self.reference, "compute_ref_log_prob")}
-        return {name: group.submit(method, self._rollout_for(group, rollout))
+        return {name: (_CallWhenNeeded(group, method, rollout) if self._runs_in_driver(group)
+                       else group.submit(method, self._rollout_for(group, rollout)))
                 for name, (group, method) in calls.items() if group is not None}
+
+    def _runs_in_driver(self, group: Any) -> bool:
+        """A group of the driver process (``pool: driver``) in a run whose actor has worker processes."""
+        return group.backend == "local" and self.actor.backend != "local"
 
     def _rollout_for(self, group: Any, rollout: GroupFuture) -> GroupFuture | DataProto:
         """The rollout future where ``group`` can take its shards straight from the actor's ranks."""
@@ -286,6 +292,21 @@ class PPOTrainer(TrainerRuntime):
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.kl_controller.load_state_dict(state["kl_controller"])
+
+
+class _CallWhenNeeded:
+    """A scoring call on a group in the driver process, made at the first ``get()`` with the collected rollout."""
+
+    def __init__(self, group: Any, method: str, rollout: GroupFuture) -> None:
+        self.group, self.method, self.rollout = group, method, rollout
+        self._result: Any = None
+        self._done = False
+
+    def get(self) -> Any:
+        if not self._done:
+            self._result = self.group.submit(self.method, self.rollout.get()).get()
+            self._done = True
+        return self._result
 
 
 def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.recipe.importing import import_class
+from rlhfctl.recipe.pools import DRIVER_POOL
 from rlhfctl.single_controller.host import torch_threads_for
 from rlhfctl.single_controller import (
     LocalWorkerGroup,
@@ -62,7 +63,7 @@ def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig]) -> in
     """
     if cfg.ray.address:
         return None
-    used_pools = {role_cfg.pool for role_cfg in roles.values()}
+    used_pools = {role_cfg.pool for role_cfg in roles.values()} - {DRIVER_POOL}
     processes = sum(int(cfg.resource_pools[name].process_on_nodes[0]) for name in used_pools)
     return torch_threads_for(processes)
 
@@ -81,6 +82,9 @@ def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> R
     pools: list[Any] = []
     local = cfg.ray.backend == "local"
     for pool_name, role_specs in by_pool.items():
+        if pool_name == DRIVER_POOL:  # a reward function in this process: one rank, calls run when sent
+            groups.update(LocalWorkerGroup.create_colocated(1, role_specs, call_timeout_s=call_timeout_s))
+            continue
         pool_cfg = cfg.resource_pools[pool_name]
         pool = RayResourcePool(
             list(pool_cfg.process_on_nodes),

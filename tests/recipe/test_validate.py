@@ -177,3 +177,25 @@ def test_report_to_dict_is_json_ready(recipe_file):
     data = json.loads(json.dumps(_report(recipe_file).to_dict()))
     assert data["ok"] is True and data["batch"]["samples_per_step"] == 64
     assert data["pools"]["main"]["roles"] == ["actor", "reference", "reward"]
+
+
+def test_a_reward_function_may_run_in_the_driver(tmp_path):
+    data = recipe_data()
+    data["roles"]["reward"]["pool"] = "driver"
+    cfg = load_recipe(write_recipe(tmp_path, data))
+    report = validate_recipe(cfg)
+    assert not report.errors
+    pools = resolve_pools(cfg)
+    assert pools["driver"].roles == ("reward",) and pools["driver"].in_driver and pools["driver"].gpus == 0
+    assert pools["main"].roles == ("actor", "reference") and not pools["main"].in_driver
+
+
+def test_only_a_reward_function_runs_in_the_driver(tmp_path):
+    data = recipe_data()
+    data["roles"]["actor"]["pool"] = "driver"
+    assert "only roles.reward can run in the driver" in _errors(validate_recipe(load_recipe(write_recipe(tmp_path, data))))["roles.actor.pool"]
+    data = recipe_data()
+    data["roles"]["reward"].update(pool="driver", model={"config": {"model_type": "qwen2", "hidden_size": 8}})
+    assert "a reward model needs a pool" in _errors(validate_recipe(load_recipe(write_recipe(tmp_path, data))))["roles.reward.pool"]
+    data = recipe_data(resource_pools={"main": {"process_on_nodes": [1]}, "driver": {"process_on_nodes": [1]}})
+    assert "is reserved" in _errors(validate_recipe(load_recipe(write_recipe(tmp_path, data))))["resource_pools.driver"]

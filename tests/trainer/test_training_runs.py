@@ -80,11 +80,30 @@ def test_resumed_run_matches_an_uninterrupted_one(ray_session, tmp_path):
         assert [r[key] for r in resumed] == pytest.approx([r[key] for r in straight], rel=1e-5, abs=1e-7), key
 
 
+SHORT_RUN = ["rollout.max_new_tokens=8", "trainer.batch_size=4", "trainer.mini_batch_size=4", "trainer.total_steps=3",
+             "data.num_train=16"]
+
+
 def test_overlapping_the_next_rollout_changes_no_number(ray_session, tmp_path):
     """The next step's prompts are sent before the update returns; the ranks still generate after it."""
-    common = ["rollout.max_new_tokens=8", "trainer.batch_size=4", "trainer.mini_batch_size=4", "trainer.total_steps=3",
-              "data.num_train=16"]
+    common = SHORT_RUN
     overlapped = train("quickstart.yaml", tmp_path / "overlapped", "trainer.overlap_rollout=true", *common)
     in_turn = train("quickstart.yaml", tmp_path / "in_turn", "trainer.overlap_rollout=false", *common)
     for key in ("reward/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "response_length/mean"):
         assert [r[key] for r in overlapped] == [r[key] for r in in_turn], key
+
+
+def test_a_reward_function_in_the_driver_scores_as_the_colocated_worker_does(ray_session, tmp_path):
+    """roles.reward.pool=driver: same rewards and updates, with the reward's calls made in this process."""
+    in_driver = train("quickstart.yaml", tmp_path / "driver", "roles.reward.pool=driver", "trainer.trace=true", *SHORT_RUN)
+    on_pool = train("quickstart.yaml", tmp_path / "pool", "roles.reward.pool=main", *SHORT_RUN)
+    for key in ("reward/mean", "actor/pg_loss", "actor/kl_loss", "response_length/mean"):
+        assert [r[key] for r in in_driver] == [r[key] for r in on_pool], key
+    events = json.loads((tmp_path / "driver" / "trace.json").read_text())["traceEvents"]
+    on_ranks = [e for e in events if e.get("ph") == "X" and e["pid"] != 0]  # pid 0: the driver's dispatch spans
+    reward_calls = [e for e in on_ranks if e["name"] == "reward.compute_rewards"]
+    actor_calls = [e for e in on_ranks if e["name"] == "actor.generate_sequences"]
+    assert reward_calls and actor_calls
+    assert {e["pid"] for e in reward_calls}.isdisjoint({e["pid"] for e in actor_calls})
+    tracks = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert {tracks[e["pid"]] for e in reward_calls} == {"workers: reward (driver process)"}
