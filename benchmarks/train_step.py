@@ -2,11 +2,17 @@
 
     python benchmarks/train_step.py [--steps 8] [--warmup 2] [--sizes tiny,small] [--no-kl]
                                     [--backend ray|local] [--json results.json]
+                                    [--compare KEY=VALUE ... [--rounds 3]]
 
 The sizes run one after the other, each on a fresh private local Ray; the first ``--warmup`` steps of
 each (model build, warm-up) are left out, and the table shows medians over the rest, as the TRL baseline
 does. The orchestration share comes from the dispatch trace. ``--no-kl`` drops the reference role and
 the KL loss, the algorithm TRL's GRPOTrainer runs with its default ``beta=0``.
+
+``--compare`` times the recipe as it is against the recipe with the given overrides (say
+``roles.reward.pool=driver``), alternating the two ``--rounds`` times per size and swapping which goes
+first each round, since this kind of machine drifts between runs. Each round prints both sides' total
+step time, their ratio and both orchestration shares.
 """
 
 from __future__ import annotations
@@ -60,6 +66,36 @@ def measure(name: str, overrides: list[str], steps: int, warmup: int = 2) -> dic
     }
 
 
+def compare(size: str, base: list[str], changed: list[str], rounds: int, steps: int, warmup: int) -> list[dict]:
+    """Alternate the recipe with and without ``changed``; per round, both sides' step totals and shares."""
+    rows = []
+    for round_index in range(rounds):
+        order = [("base", base), ("changed", [*base, *changed])]
+        if round_index % 2:
+            order.reverse()
+        measured = {side: measure(size, overrides, steps, warmup) for side, overrides in order}
+        totals = {side: sum(result["all_step_seconds"][warmup:]) for side, result in measured.items()}
+        rows.append({"model": size, "round": round_index + 1, "base_s": totals["base"], "changed_s": totals["changed"],
+                     "base_over_changed": totals["base"] / totals["changed"],
+                     "base_orchestration": measured["base"]["orchestration_share"],
+                     "changed_orchestration": measured["changed"]["orchestration_share"]})
+    return rows
+
+
+def print_comparison(rows: list[dict], changed: list[str], steps: int) -> None:
+    """One line per round and a median ratio per size."""
+    print(f"changed = {' '.join(changed)}; seconds summed over {steps} timed steps; ratio > 1: the change is faster")
+    print(f"{'model':<18}{'round':>6}{'base s':>9}{'changed s':>11}{'ratio':>8}{'orch. base':>12}{'orch. changed':>15}")
+    share = lambda value: f"{100 * value:.1f}%" if value is not None else "-"  # noqa: E731
+    for row in rows:
+        print(f"{row['model']:<18}{row['round']:>6}{row['base_s']:>9.2f}{row['changed_s']:>11.2f}"
+              f"{row['base_over_changed']:>8.3f}{share(row['base_orchestration']):>12}{share(row['changed_orchestration']):>15}")
+    for model in dict.fromkeys(row["model"] for row in rows):
+        ratios = [row["base_over_changed"] for row in rows if row["model"] == model]
+        print(f"{model}: median ratio {statistics.median(ratios):.3f} over {len(ratios)} rounds "
+              f"(range {min(ratios):.3f}-{max(ratios):.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8, help="timed steps per size (default 8)")
@@ -69,12 +105,25 @@ def main() -> None:
     parser.add_argument("--backend", choices=("ray", "local"), default="ray",
                         help="ray (default): the recipe's Ray workers; local: every role in this process")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--compare", nargs="+", metavar="KEY=VALUE", default=None,
+                        help="time the recipe against the recipe with these overrides, alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations per size with --compare (default 3)")
     args = parser.parse_args()
     picked = [size.strip() for size in args.sizes.split(",") if size.strip()]
     unknown = [size for size in picked if size not in SIZES]
     if unknown:
         parser.error(f"unknown size(s) {unknown}; choose from {sorted(SIZES)}")
     extra = [f"ray.backend={args.backend}", *(NO_KL if args.no_kl else [])]
+    if args.compare:
+        bad = [item for item in args.compare if "=" not in item]
+        if bad or args.rounds < 1:
+            parser.error(f"--compare takes KEY=VALUE overrides (got {bad}) and --rounds at least 1")
+        rows = [row for size in picked for row in compare(SIZES[size]["label"], [*SIZES[size]["overrides"], *extra],
+                                                           args.compare, args.rounds, args.steps, args.warmup)]
+        print_comparison(rows, args.compare, args.steps)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return
     results = [measure(SIZES[size]["label"], [*SIZES[size]["overrides"], *extra], args.steps, args.warmup)
                for size in picked]
     print(f"medians of {args.steps} steps after {args.warmup} warm-up; backend {args.backend}; "
