@@ -86,9 +86,8 @@ SHORT_RUN = ["rollout.max_new_tokens=8", "trainer.batch_size=4", "trainer.mini_b
 
 def test_overlapping_the_next_rollout_changes_no_number(ray_session, tmp_path):
     """The next step's prompts are sent before the update returns; the ranks still generate after it."""
-    common = SHORT_RUN
-    overlapped = train("quickstart.yaml", tmp_path / "overlapped", "trainer.overlap_rollout=true", *common)
-    in_turn = train("quickstart.yaml", tmp_path / "in_turn", "trainer.overlap_rollout=false", *common)
+    overlapped = train("quickstart.yaml", tmp_path / "overlapped", "trainer.overlap_rollout=true", *SHORT_RUN)
+    in_turn = train("quickstart.yaml", tmp_path / "in_turn", "trainer.overlap_rollout=false", *SHORT_RUN)
     for key in ("reward/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "response_length/mean"):
         assert [r[key] for r in overlapped] == [r[key] for r in in_turn], key
 
