@@ -66,6 +66,11 @@ def measure(name: str, overrides: list[str], steps: int, warmup: int = 2) -> dic
     }
 
 
+def percent(share: float | None) -> str:
+    """An orchestration share as a percentage cell ("-" when the run had no trace)."""
+    return f"{100 * share:.1f}%" if share is not None else "-"
+
+
 def compare(size: str, base: list[str], changed: list[str], rounds: int, steps: int, warmup: int) -> list[dict]:
     """Alternate the recipe with and without ``changed``; per round, both sides' step totals and shares."""
     rows = []
@@ -86,10 +91,9 @@ def print_comparison(rows: list[dict], changed: list[str], steps: int) -> None:
     """One line per round and a median ratio per size."""
     print(f"changed = {' '.join(changed)}; seconds summed over {steps} timed steps; ratio > 1: the change is faster")
     print(f"{'model':<18}{'round':>6}{'base s':>9}{'changed s':>11}{'ratio':>8}{'orch. base':>12}{'orch. changed':>15}")
-    share = lambda value: f"{100 * value:.1f}%" if value is not None else "-"  # noqa: E731
     for row in rows:
         print(f"{row['model']:<18}{row['round']:>6}{row['base_s']:>9.2f}{row['changed_s']:>11.2f}"
-              f"{row['base_over_changed']:>8.3f}{share(row['base_orchestration']):>12}{share(row['changed_orchestration']):>15}")
+              f"{row['base_over_changed']:>8.3f}{percent(row['base_orchestration']):>12}{percent(row['changed_orchestration']):>15}")
     for model in dict.fromkeys(row["model"] for row in rows):
         ratios = [row["base_over_changed"] for row in rows if row["model"] == model]
         print(f"{model}: median ratio {statistics.median(ratios):.3f} over {len(ratios)} rounds "
@@ -132,7 +136,7 @@ def main() -> None:
     header = f"{'model':<18}{'s/step':>8}{'tok/s':>9}{'orch.':>7}  " + "  ".join(f"{p:>14}" for p in phase_names)
     print(header)
     for r in results:
-        share = f"{100 * r['orchestration_share']:.1f}%" if r["orchestration_share"] is not None else "-"
+        share = percent(r["orchestration_share"])
         cells = "  ".join(f"{r['phases'].get(p, 0.0):>14.3f}" for p in phase_names)
         print(f"{r['model']:<18}{r['s_per_step']:>8.3f}{r['tokens_per_s']:>9.0f}{share:>7}  {cells}")
     if args.json:

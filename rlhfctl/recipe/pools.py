@@ -63,13 +63,13 @@ def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
     With ``strict`` a role naming an undeclared pool raises RecipeError; otherwise that role is left out.
     """
     members: dict[str, list[str]] = {name: [] for name in cfg.resource_pools}
-    in_driver = [role for role in present_roles(cfg) if cfg.roles[role].pool == DRIVER_POOL]
+    in_driver: list[str] = []
     for role in present_roles(cfg):
         pool = cfg.roles[role].pool
-        if pool == DRIVER_POOL and DRIVER_POOL not in members:
-            continue
         if pool in members:
             members[pool].append(role)
+        elif pool == DRIVER_POOL:
+            in_driver.append(role)
         elif strict:
             declared = list(members)
             raise RecipeError(
@@ -88,7 +88,7 @@ def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
             max_colocate_count=int(spec.max_colocate_count),
             num_cpus_per_process=None if spec.num_cpus_per_process is None else float(spec.num_cpus_per_process),
         )
-    if in_driver and DRIVER_POOL not in pools:
+    if in_driver:
         pools[DRIVER_POOL] = PoolInfo(name=DRIVER_POOL, roles=tuple(in_driver), process_on_nodes=(1,), use_gpu=False,
                                       max_colocate_count=1, num_cpus_per_process=None, in_driver=True)
     return pools
