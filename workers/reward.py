@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, register
 from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
 from workers.reward_functions import ON_ERROR_POLICIES, RewardFunctionError, call_reward_function, load_reward_function
@@ -40,7 +41,7 @@ class RewardWorker(RoleWorker):
         super().__init__(recipe, role)
         self.config = role_config(self.recipe, self.role, REWARD_DEFAULTS)
         if self.config["on_error"] not in ON_ERROR_POLICIES:
-            raise ValueError(
+            raise RecipeError(
                 f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}"
             )
         self.function: Callable[..., Any] | None = None

@@ -20,12 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from rlhfctl.errors import UserError
+from rlhfctl.recipe.errors import RecipeError
+
 __all__ = ["ON_ERROR_POLICIES", "RewardFunctionError", "call_reward_function", "load_reward_function"]
 
 ON_ERROR_POLICIES = ("raise", "zero")
 
 
-class RewardFunctionError(RuntimeError):
+class RewardFunctionError(UserError, RuntimeError):
     """A reward function could not be loaded, or raised while scoring."""
 
 
@@ -136,7 +139,7 @@ def call_reward_function(
     range (``on_error="raise"``), or scores the chunk 0.0 and flags it (``on_error="zero"``).
     """
     if on_error not in ON_ERROR_POLICIES:
-        raise ValueError(f"roles.reward.on_error must be one of {ON_ERROR_POLICIES}, got {on_error!r}")
+        raise RecipeError(f"roles.reward.on_error must be one of {ON_ERROR_POLICIES}, got {on_error!r}", "roles.reward.on_error", "bad_choice")
     total = len(responses)
     step = total if not batch_size else max(1, int(batch_size))
     scores: list[float] = []

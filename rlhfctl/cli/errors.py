@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from rlhfctl.cli.console import print_error, print_line
+from rlhfctl.errors import Diverged, UserError, WorkerLost, is_user_error
 
 __all__ = ["EXIT_DIVERGED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USER", "EXIT_WORKER_FAILED",
            "exit_code_for", "guarded", "user_message"]
@@ -27,50 +28,23 @@ EXIT_WORKER_FAILED = 3
 EXIT_DIVERGED = 4
 EXIT_INTERRUPTED = 130
 
-#: Runtime failures reported in one line without a traceback, with their exit codes.
-RUNTIME_FAILURES = {
-    "rlhfctl.single_controller.errors.WorkerDiedError": EXIT_WORKER_FAILED,
-    "rlhfctl.single_controller.errors.WorkerTimeoutError": EXIT_WORKER_FAILED,
-    "rlhfctl.trainer.ppo_trainer.TrainingDiverged": EXIT_DIVERGED,
-}
-
-#: Exceptions that mean "fix your recipe, data or settings", by qualified class name (matched along the
-#: MRO, so nothing is imported to classify an error).
-USER_ERRORS = frozenset({
-    "rlhfctl.recipe.errors.RecipeError",
-    "rlhfctl.data.errors.DataFileError",
-    "rlhfctl.data.errors.DataConfigError",
-    "rlhfctl.models.loading.ModelConfigError",
-    "rlhfctl.tasks.UnknownTaskError",
-    "rlhfctl.single_controller.errors.ResourcePoolError",
-    "workers.reward_functions.RewardFunctionError",
-    "workers.reward_functions.RewardOutputError",
-})
-_USER_ERROR_NAMES = frozenset(name.rpartition(".")[2] for name in USER_ERRORS)
-_WORKER_METHOD_ERROR = "rlhfctl.single_controller.errors.WorkerMethodError"
-
-
-def _qualified_names(error: BaseException) -> set[str]:
-    return {f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__}
+#: Failures reported in one line without a traceback, by family (rlhfctl.errors), with their exit codes.
+RUNTIME_FAILURES: tuple[tuple[type[BaseException], int], ...] = ((WorkerLost, EXIT_WORKER_FAILED), (Diverged, EXIT_DIVERGED))
 
 
 def _user_error_in_worker(error: BaseException) -> bool:
-    """A worker method that failed with a user error (e.g. ModelConfigError in init_model)."""
-    if _WORKER_METHOD_ERROR not in _qualified_names(error):
-        return False
-    detail = str(getattr(error, "detail", ""))
-    return detail.partition(":")[0].strip() in _USER_ERROR_NAMES
+    """A worker method that failed with a user error (e.g. ModelConfigError in init_model): its flag says so."""
+    return not isinstance(error, UserError) and is_user_error(error)
 
 
 def exit_code_for(error: BaseException) -> int:
     """The exit code for an exception that ended a command."""
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
-    names = _qualified_names(error)
-    if names & USER_ERRORS or _user_error_in_worker(error):
+    if is_user_error(error):
         return EXIT_USER
-    for name, code in RUNTIME_FAILURES.items():
-        if name in names:
+    for family, code in RUNTIME_FAILURES:
+        if isinstance(error, family):
             return code
     return EXIT_INTERNAL
 

@@ -48,6 +48,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
 )
 
+from rlhfctl.errors import UserError
 from rlhfctl.models.tokenizer import TOKENIZER_CLASS_NAME, CharTokenizer
 
 __all__ = [
@@ -77,7 +78,7 @@ _DTYPES = {
 }
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(UserError, ValueError):
     """A recipe's ``model`` section cannot be turned into a tokenizer or model."""
 
 

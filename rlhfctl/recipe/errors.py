@@ -5,10 +5,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from rlhfctl.errors import UserError
+
 __all__ = ["RecipeError", "did_you_mean"]
 
 
-class RecipeError(Exception):
+class RecipeError(UserError):
     """A recipe (file, override or value) is not usable; ``str(error)`` is one line for the user.
 
     ``key_path`` is the dotted key the problem is about (None for file-level problems) and

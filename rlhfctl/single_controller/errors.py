@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+from rlhfctl.errors import UserError, WorkerLost
+
 
 class WorkerGroupError(RuntimeError):
     """Base class for failures of a group call."""
 
 
 class WorkerMethodError(WorkerGroupError):
-    """A worker method raised; carries the worker's own traceback."""
+    """A worker method raised; carries the worker's own traceback, and ``user_error`` when the cause was a UserError.
 
-    def __init__(self, role: str, worker_class: str, method: str, rank: int, detail: str, worker_traceback: str = ""):
+    The backends set ``user_error`` from the type of the worker's exception (``isinstance(cause, UserError)``). Left
+    None, for an error built by hand from a ``detail`` text, it is read from the detail's leading class name.
+    """
+
+    def __init__(self, role: str, worker_class: str, method: str, rank: int, detail: str, worker_traceback: str = "",
+                 user_error: bool | None = None):
         self.role, self.worker_class, self.method, self.rank = role, worker_class, method, rank
         self.detail = detail
         self.worker_traceback = worker_traceback
+        self.user_error = _names_user_error(detail) if user_error is None else bool(user_error)
         message = f"{role}.{method} failed on rank {rank} ({worker_class}): {detail}"
         if worker_traceback:
             message += f"\n--- traceback from {role} rank {rank} ---\n{worker_traceback.rstrip()}"
         super().__init__(message)
 
 
-class WorkerDiedError(WorkerGroupError):
+class WorkerDiedError(WorkerGroupError, WorkerLost):
     """A worker process exited (crash, OOM kill, kill -9) while the driver waited on it."""
 
     def __init__(self, role: str, method: str, rank: int, detail: str = ""):
@@ -29,7 +37,7 @@ class WorkerDiedError(WorkerGroupError):
         super().__init__(text + (f": {detail}" if detail else ""))
 
 
-class WorkerTimeoutError(WorkerGroupError):
+class WorkerTimeoutError(WorkerGroupError, WorkerLost):
     """A group call did not finish within its time limit."""
 
     def __init__(self, role: str, method: str, timeout_s: float, pending_ranks: list[int]):
@@ -40,5 +48,18 @@ class WorkerTimeoutError(WorkerGroupError):
         )
 
 
-class ResourcePoolError(WorkerGroupError):
-    """A resource pool cannot be placed on the cluster."""
+class ResourcePoolError(WorkerGroupError, UserError):
+    """A resource pool cannot be placed on the cluster (a user error: the pools ask for more than it has)."""
+
+
+def _names_user_error(detail: str) -> bool:
+    """True when ``detail`` starts with ``Name:`` and Name is a UserError class (for errors built by hand)."""
+    name = str(detail).partition(":")[0].strip()
+    pending, seen = [UserError], set()
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == name:
+            return True
+        seen.add(cls)
+        pending += [sub for sub in cls.__subclasses__() if sub not in seen]
+    return False

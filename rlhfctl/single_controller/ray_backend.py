@@ -6,6 +6,7 @@ import re
 import time
 from typing import Any, Callable
 
+from rlhfctl.errors import UserError
 from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
 from rlhfctl.single_controller.host import ClassWithInitArgs, direct_method_name, host_class_for, torch_threads_for
 from rlhfctl.single_controller.resource_pool import RayResourcePool
@@ -133,7 +134,8 @@ def _raise_first_failure(ready: list[Any], refs: list[Any], ranks: list[int], ro
         except ray.exceptions.RayTaskError as error:
             cause = error.cause if getattr(error, "cause", None) is not None else error
             detail = f"{type(cause).__name__}: {cause}" if cause is not error else _first_line(error)
-            raise WorkerMethodError(role, worker_class, method, rank_of[ref], detail, _ANSI.sub("", str(error))) from None
+            raise WorkerMethodError(role, worker_class, method, rank_of[ref], detail, _ANSI.sub("", str(error)),
+                                    user_error=isinstance(cause, UserError)) from None
 
 
 def _first_line(error: BaseException) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rlhfctl.errors import UserError
 from rlhfctl.tasks import digits, preferences
 from rlhfctl.tasks.reward_fn import RewardFn, check_reward_inputs
 
@@ -27,7 +28,7 @@ class Task:
     """``make_preferences(num, seed)`` -> ``{"prompt", "chosen", "rejected"}`` records for reward_model / dpo."""
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(UserError, ValueError):
     """``data.task`` names no bundled task."""
 
 

@@ -17,6 +17,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
+from rlhfctl.data.errors import DataConfigError
+from rlhfctl.errors import Diverged
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, union_pending
@@ -28,7 +30,7 @@ from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.trainer.runtime import TrainerRuntime
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(Diverged):
     """A loss or reward became NaN or infinite; the last good checkpoint is kept."""
 
 
@@ -61,7 +63,7 @@ class PPOTrainer(TrainerRuntime):
                                         trust_remote_code=bool(cfg.roles.actor.model.trust_remote_code))
         self.train_data = build_dataset(cfg, self.tokenizer, "train")
         if self.train_data is None:
-            raise ValueError("data: set data.train_files or data.task so there are prompts to train on")
+            raise DataConfigError("data: set data.train_files or data.task so there are prompts to train on")
         self.val_data = build_dataset(cfg, self.tokenizer, "val") if cfg.trainer.val_every else None
         self.batcher = make_batcher(self.train_data, cfg)
         kl = cfg.algorithm.kl

@@ -6,6 +6,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.trainer.ppo_trainer import PPOTrainer, summarize
 
@@ -31,7 +32,7 @@ def make_trainer(cfg: DictConfig, reporter: Any) -> Any:
         from rlhfctl.trainer.dpo_trainer import DPOTrainer
 
         return DPOTrainer(cfg, reporter)
-    raise ValueError(f"algorithm.name: {name!r} is not one of: {', '.join(ALGORITHMS)}")
+    raise RecipeError(f"algorithm.name: {name!r} is not one of: {', '.join(ALGORITHMS)}", "algorithm.name", "bad_choice")
 
 
 def run_summary(trainer: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import torch
 
+from rlhfctl.errors import UserError
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, Execute, Worker, register
 
@@ -21,6 +22,10 @@ def _rows_times_ten(data):
     if isinstance(data, torch.Tensor):
         return data * 10
     return [item * 10 for item in data]
+
+
+class SampleSettingError(UserError):
+    """A user error no table anywhere names: its exit code comes from its family alone."""
 
 
 class EchoWorker(Worker):
@@ -98,6 +103,12 @@ class EchoWorker(Worker):
     def fail_on(self, rank):
         if self.rank == rank:
             raise ValueError(f"boom on rank {self.rank}")
+        return self.rank
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_with_user_error_on(self, rank):
+        if self.rank == rank:
+            raise SampleSettingError(f"echo.offset: not usable on rank {self.rank}")
         return self.rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

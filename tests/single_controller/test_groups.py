@@ -141,6 +141,20 @@ def test_worker_exception_names_class_method_and_rank_with_traceback(echo_groups
     assert group.rank_and_arg(1)[0][1] == 1  # the group still works afterwards
 
 
+@pytest.mark.parametrize("backend", ["ray", "local"])
+def test_a_worker_user_error_reaches_the_driver_as_a_flag(echo_groups, backend):
+    from rlhfctl.cli.errors import EXIT_INTERNAL, EXIT_USER, exit_code_for, user_message
+
+    group = echo_groups(backend, 2)
+    with pytest.raises(WorkerMethodError) as caught:
+        group.fail_with_user_error_on(1)
+    assert caught.value.user_error is True and exit_code_for(caught.value) == EXIT_USER
+    assert user_message(caught.value) == "echo.fail_with_user_error_on (rank 1): SampleSettingError: echo.offset: not usable on rank 1"
+    with pytest.raises(WorkerMethodError) as caught:
+        group.fail_on(0)
+    assert caught.value.user_error is False and exit_code_for(caught.value) == EXIT_INTERNAL
+
+
 def test_dead_worker_is_reported_with_its_rank_not_a_hang(ray_session):
     pool = RayResourcePool([2], name="dying")
     group = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker), role="dying", call_timeout_s=60)
