@@ -1,14 +1,26 @@
-"""Rich consoles for command output: colour and live views on a terminal, wide plain text otherwise."""
+"""What every command shares: consoles for its output, the RECIPE and OVERRIDES arguments, and loading them.
+
+Consoles show colour and live views on a terminal, and wide plain text otherwise. RECIPE is a file path
+or the name of a bundled recipe, loaded with the OVERRIDES.
+"""
 
 from __future__ import annotations
 
+import enum
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
 
+import typer
 from rich.console import Console
 from rich.text import Text
 
-__all__ = ["make_console", "print_error", "print_line"]
+if TYPE_CHECKING:  # only for annotations: omegaconf is imported when a recipe is loaded, not at startup
+    from omegaconf import DictConfig
+
+__all__ = ["OutputFormat", "OverridesArg", "RecipeArg", "complete_recipe", "load_for_command", "make_console", "print_error",
+           "print_line", "resolve_recipe_path"]
 
 _PLAIN_WIDTH = 120
 
@@ -29,3 +41,64 @@ def print_line(console: Console, text: str, style: str = "") -> None:
 def print_error(console: Console, text: str) -> None:
     """Print a one-line red error message."""
     print_line(console, f"error: {text}", "bold red")
+
+
+# ---------------------------------------------------------------------------------- arguments and options
+class OutputFormat(str, enum.Enum):
+    """Human tables or machine-readable JSON."""
+
+    table = "table"
+    json = "json"
+
+
+def complete_recipe(incomplete: str) -> list[str]:
+    """Shell completion: bundled recipe names."""
+    from rlhfctl.recipe.bundled import list_bundled
+
+    return [recipe.name for recipe in list_bundled() if recipe.name.startswith(incomplete)]
+
+
+def RecipeArg() -> str:  # noqa: N802 - reads like the typer.Argument it returns
+    """The RECIPE argument: a YAML file, or a bundled recipe name."""
+    return typer.Argument(..., help="recipe YAML file, or the name of a bundled recipe (rlhfctl recipes list)",
+                          autocompletion=complete_recipe, show_default=False)
+
+
+def OverridesArg() -> Optional[List[str]]:  # noqa: N802
+    """The OVERRIDES... arguments."""
+    return typer.Argument(None, show_default=False,
+                          help="key=value overrides (trainer.total_steps=10, data.train_files=[a.jsonl,b.jsonl]) or ~key to reset a key")
+
+
+# ---------------------------------------------------------------------------------- loading RECIPE
+def resolve_recipe_path(recipe: str) -> Path:
+    """An existing file as given, else a bundled recipe of that name (quickstart, ppo-gae, ...)."""
+    from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
+    from rlhfctl.recipe.errors import RecipeError, did_you_mean
+
+    path = Path(recipe).expanduser()
+    if path.exists():
+        return path
+    found = bundled_path(recipe)
+    if found is not None:
+        return found
+    bundled = [item.name for item in list_bundled()]
+    hint = did_you_mean(recipe_stem(recipe), bundled) if "/" not in recipe else ""
+    names = ", ".join(sorted(bundled)) or "none"
+    raise RecipeError(f"recipe file not found: {recipe}{hint} (bundled recipes: {names})", kind="file_not_found")
+
+
+def load_for_command(recipe: str, overrides: list[str] | None) -> tuple[DictConfig, Path]:
+    """Load RECIPE with OVERRIDES (RecipeError on any problem)."""
+    from rlhfctl.recipe.load import load_recipe
+
+    from rlhfctl.recipe.errors import RecipeError
+
+    path = resolve_recipe_path(recipe)
+    try:
+        return load_recipe(path, list(overrides or [])), path
+    except RecipeError as error:
+        if error.kind == "unknown_key" and error.key_path in ("stages", "output_dir"):
+            raise RecipeError(f"{error}; {path} looks like a pipeline file: run rlhfctl pipeline {path}",
+                              key_path=error.key_path, kind=error.kind) from None
+        raise

@@ -1,4 +1,8 @@
-"""The few settings worth seeing before a run starts: recipe, model, algorithm, pools, batch, output."""
+"""The few settings worth seeing before a run starts: recipe, model, algorithm, pools, batch, output.
+
+``rlhfctl train`` prints them for every recipe; sft, reward_model and dpo recipes get their own lines
+(``stage_rows``).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +13,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlhfctl.cli.stage_essentials import stage_rows
 from rlhfctl.recipe.report import ValidationReport
-from rlhfctl.recipe.stages import is_stage
+from rlhfctl.recipe.roles import reference_source
+from rlhfctl.recipe.stages import STAGES, is_stage
 
-__all__ = ["render_essentials"]
+__all__ = ["render_essentials", "stage_rows"]
 
-
-def _model(cfg: Any) -> str:
-    model = cfg.roles.actor.model
-    if model.path:
-        return f"{model.path} ({model.dtype})"
-    config = model.config or {}
-    sizes = ", ".join(f"{key}={config[key]}" for key in ("hidden_size", "num_hidden_layers") if key in config)
-    return f"inline {config.get('model_type', '?')} ({sizes}), random weights"
+_UNITS = {"sft": "demonstrations", "reward_model": "preference pairs", "dpo": "preference pairs"}
 
 
 def render_essentials(console: Console, cfg: Any, path: Path, report: ValidationReport) -> None:
@@ -40,7 +37,7 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
     data = f"files {list(cfg.data.train_files)}" if cfg.data.train_files else f"task {cfg.data.task}"
     rows = stage_rows(cfg, path, pools, data) if is_stage(cfg) else [
         ("recipe", str(path)),
-        ("model", _model(cfg) + lora),
+        ("model", _model(cfg.roles.actor.model) + lora),
         ("algorithm", f"{algorithm.adv_estimator}; KL {', '.join(kl_terms) or 'off'}"),
         ("pools", pools),
         ("data", data),
@@ -59,3 +56,56 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
     for key, value in rows:
         table.add_row(key, Text(value, style="bold yellow" if key == "remote code" else ""))
     console.print(table)
+
+
+def _model(model: Any) -> str:
+    """A role's model: its path and dtype, or its inline architecture."""
+    if model is None:
+        return "-"
+    if model.get("path"):
+        return f"{model.path} ({model.dtype})"
+    config = model.get("config") or {}
+    sizes = ", ".join(f"{key}={config[key]}" for key in ("hidden_size", "num_hidden_layers") if key in config)
+    return f"inline {config.get('model_type', '?')} ({sizes}), random weights"
+
+
+# ---------------------------------------------------------------------------------- sft, reward_model, dpo
+def _algorithm(cfg: Any, name: str) -> str:
+    algorithm = cfg.algorithm
+    if name == "sft":
+        return "sft: next-token loss on response tokens" + (", packed" if cfg.data.packing else "")
+    if name == "reward_model":
+        return f"reward_model: Bradley-Terry loss, margin {algorithm.margin:g}"
+    source = {"reference": "roles.reference", "actor": "the adapter-disabled actor"}.get(reference_source(cfg) or "", "none")
+    return f"dpo: beta {algorithm.beta:g}, reference {source}"
+
+
+def _data(cfg: Any, data_line: str) -> str:
+    data = cfg.data
+    if data.val_files:
+        held_out = f"eval on {list(data.val_files)}"
+    elif data.train_files:
+        held_out = f"eval on {data.eval_fraction:g} held out" if data.eval_fraction else "no eval"
+    else:
+        held_out = f"eval on {data.num_val} generated" if data.num_val else "no eval"
+    return f"{data_line}; {held_out}; max_length {data.max_length}"
+
+
+def stage_rows(cfg: Any, path: Path, pools: str, data_line: str) -> list[tuple[str, str]]:
+    """(label, value) rows: recipe, trained model, algorithm, pools, data, batch, steps, backend, output."""
+    name = str(cfg.algorithm.name)
+    role = STAGES[name].trained_role
+    section = cfg.roles.get(role)
+    lora = " + LoRA" if section is not None and section.get("lora") is not None else ""
+    output = str(cfg.trainer.output_dir)
+    return [
+        ("recipe", str(path)),
+        ("model", f"roles.{role}: {_model(section.get('model') if section is not None else None)}{lora}"),
+        ("algorithm", _algorithm(cfg, name)),
+        ("pools", pools),
+        ("data", _data(cfg, data_line)),
+        ("batch", f"{cfg.trainer.batch_size} {_UNITS[name]}/step"),
+        ("steps", str(cfg.trainer.total_steps)),
+        ("backend", cfg.ray.backend + (f" @ {cfg.ray.address}" if cfg.ray.address else "")),
+        ("output", f"{output} (model -> {Path(output) / 'model'})"),
+    ]

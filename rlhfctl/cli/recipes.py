@@ -7,9 +7,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from rlhfctl.cli.console import make_console, print_line
+from rlhfctl.cli.console import complete_recipe, make_console, print_line
 from rlhfctl.cli.errors import guarded
-from rlhfctl.cli.options import complete_recipe
 
 __all__ = ["recipes_app"]
 

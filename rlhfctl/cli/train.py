@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import List, Optional
 
 import typer
-from rich.console import Console
 
-from rlhfctl.cli.console import make_console, print_error
-from rlhfctl.cli.errors import EXIT_INTERNAL, EXIT_USER, guarded
-from rlhfctl.cli.options import OverridesArg, RecipeArg
+from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_console
+from rlhfctl.cli.errors import EXIT_USER, guarded
 
 __all__ = ["train"]
-
-_TRAINER_MODULE = "rlhfctl.trainer"
 
 
 def train(
@@ -41,8 +37,8 @@ def train(
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
         from rlhfctl.cli.essentials import render_essentials
-        from rlhfctl.cli.recipe_args import load_for_command
-        from rlhfctl.cli.render_validation import render_issues
+        from rlhfctl.cli.reporters import make_reporter
+        from rlhfctl.cli.validate import render_issues
         from rlhfctl.recipe.validate import validate_recipe
 
         cfg, path = load_for_command(recipe, overrides)
@@ -53,22 +49,8 @@ def train(
         if not quiet:
             render_essentials(console, cfg, path, report)
             render_issues(console, report)
-        run_training = _import_trainer(err)
-        from rlhfctl.cli.progress import make_reporter
+        from rlhfctl.trainer import run_training
 
         with make_reporter(quiet, console, verbose=verbose, err_console=err) as reporter:
             run_training(cfg, reporter)
 
-
-def _import_trainer(err: Console) -> Callable[..., Any]:
-    """``rlhfctl.trainer.run_training``, or a clear message and exit 1 when it cannot be imported."""
-    try:
-        from rlhfctl.trainer import run_training
-    except ModuleNotFoundError as error:
-        missing = error.name or ""
-        if missing and _TRAINER_MODULE.startswith(missing):
-            print_error(err, f"the trainer ({_TRAINER_MODULE}) is not part of this installation; reinstall rlhfctl")
-        else:
-            print_error(err, f"the trainer needs the Python module {missing!r}, which is not installed ({error})")
-        raise typer.Exit(EXIT_INTERNAL) from None
-    return run_training

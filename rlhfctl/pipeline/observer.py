@@ -57,7 +57,7 @@ class PipelineObserver:
         """``plan`` starts training."""
 
     def stage_reporter(self, plan: StagePlan) -> Any:
-        """The trainer reporter (``rlhfctl.cli.progress.Reporter``) for ``plan``'s steps."""
+        """The trainer reporter (``rlhfctl.trainer.reporting.Reporter``) for ``plan``'s steps."""
         return _Silent()
 
     def stage_skipped(self, plan: StagePlan, result: StageResult) -> None:

@@ -1,6 +1,25 @@
-"""The controller loop: PPO-family training driven from one process over role worker groups."""
+"""The controller loop: PPO-family training driven from one process over role worker groups.
 
-from rlhfctl.trainer.ppo_trainer import PPOTrainer, TrainingDiverged
-from rlhfctl.trainer.run import run_training
+The trainer classes are imported on first use, so that light pieces (``rlhfctl.trainer.reporting``, the
+protocol the CLI's reporters implement) can be imported without torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["PPOTrainer", "TrainingDiverged", "run_training"]
+
+_LAZY = {
+    "PPOTrainer": "rlhfctl.trainer.ppo_trainer",
+    "TrainingDiverged": "rlhfctl.trainer.ppo_trainer",
+    "run_training": "rlhfctl.trainer.run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rlhfctl.trainer' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from rlhfctl.algorithms.preference_losses import dpo_loss
 from rlhfctl.data.pairs import PreferenceDataset, PreferencePair, collate_policy_pairs
 from rlhfctl.protocol import DataProto
 from rlhfctl.trainer.metrics import mean_over_ranks
+from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.reward_model_trainer import preference_dataset
 from rlhfctl.trainer.stage_trainer import StageTrainer
 
@@ -33,7 +34,7 @@ class DPOTrainer(StageTrainer):
     trained_role = "actor"
     record_kind = "preferences"
 
-    def __init__(self, cfg: Any, reporter: Any, groups: Any = None) -> None:
+    def __init__(self, cfg: Any, reporter: Reporter, groups: Any = None) -> None:
         super().__init__(cfg, reporter, groups)
         self.reference = self.groups.get("reference") or self.trained
 

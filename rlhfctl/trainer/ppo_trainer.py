@@ -26,6 +26,7 @@ from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
+from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.trainer.runtime import TrainerRuntime
 
@@ -53,7 +54,7 @@ class PhaseTimer:
 class PPOTrainer(TrainerRuntime):
     """Drives the role worker groups through PPO-family training steps."""
 
-    def __init__(self, cfg: DictConfig, reporter: Any, groups: RoleGroups | None = None) -> None:
+    def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
         self.cfg = cfg
         self.reporter = reporter
         self.output_dir = Path(cfg.trainer.output_dir)

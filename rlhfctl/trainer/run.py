@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 from rlhfctl.ray_cluster import start_or_join_ray
 from rlhfctl.trace import brief_summary
 from rlhfctl.trainer.ppo_trainer import PPOTrainer
+from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.trainers import make_trainer, run_summary
 
 
@@ -19,7 +20,7 @@ class _SilentReporter:
         return lambda *args, **kwargs: None
 
 
-def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
+def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train as the recipe says (``algorithm.name`` picks the trainer); returns the run's summary."""
     reporter = reporter or _SilentReporter()
     session = None
@@ -59,7 +60,7 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
             session.shutdown()
 
 
-def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Any) -> None:
+def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Reporter) -> None:
     """On Ctrl-C, checkpoint the last completed step (if asked and not saved yet), best effort."""
     trainer.write_trace()
     step = trainer.completed_step
@@ -75,7 +76,7 @@ def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Any) -> N
 class _DispatchForwarder:
     """Passes group-call events to the reporter (the live per-dispatch view)."""
 
-    def __init__(self, reporter: Any) -> None:
+    def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
 
     def call_started(self, event: Any) -> None:

@@ -12,6 +12,7 @@ from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.metrics import MetricsLog
+from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups
 
 TRACE_FLUSH_TIMEOUT_S = 60.0
@@ -25,7 +26,7 @@ class TrainerRuntime:
     """
 
     cfg: DictConfig
-    reporter: Any
+    reporter: Reporter
     output_dir: Path
     groups: RoleGroups
     batcher: Any

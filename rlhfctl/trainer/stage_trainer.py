@@ -24,6 +24,7 @@ from rlhfctl.models.loading import ModelConfigError, load_tokenizer
 from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
 from rlhfctl.trainer.metrics import first_non_finite
 from rlhfctl.trainer.ppo_trainer import TrainingDiverged
+from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.trainer.runtime import TrainerRuntime
 from rlhfctl.trainer.stage_data import stage_records
@@ -38,7 +39,7 @@ class StageTrainer(TrainerRuntime):
     trained_role: ClassVar[str] = "actor"
     record_kind: ClassVar[str] = "demonstrations"
 
-    def __init__(self, cfg: DictConfig, reporter: Any, groups: RoleGroups | None = None) -> None:
+    def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
         self.cfg = cfg
         self.reporter = reporter
         self.output_dir = Path(cfg.trainer.output_dir)

@@ -9,13 +9,14 @@ from omegaconf import DictConfig
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.trainer.ppo_trainer import PPOTrainer, summarize
+from rlhfctl.trainer.reporting import Reporter
 
 __all__ = ["ALGORITHMS", "make_trainer", "run_summary"]
 
 ALGORITHMS = ("ppo", "sft", "reward_model", "dpo")
 
 
-def make_trainer(cfg: DictConfig, reporter: Any) -> Any:
+def make_trainer(cfg: DictConfig, reporter: Reporter) -> Any:
     """The trainer for ``cfg.algorithm.name``: PPOTrainer (ppo, the default), SFTTrainer, RewardModelTrainer or DPOTrainer."""
     name = str(cfg.algorithm.get("name") or "ppo")
     if name == "ppo":

@@ -6,8 +6,9 @@ import io
 
 from rich.console import Console
 
-from rlhfctl.cli.progress import PlainReporter, QuietReporter, Reporter, RichReporter, make_reporter
+from rlhfctl.cli.reporters import PlainReporter, QuietReporter, RichReporter, make_reporter
 from rlhfctl.single_controller import DispatchEvent
+from rlhfctl.trainer.reporting import Reporter
 
 
 def _drive(reporter) -> None:

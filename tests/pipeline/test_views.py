@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from rich.console import Console
 
-from rlhfctl.cli.pipeline_view import PlainPipelineView, RichPipelineView, make_pipeline_view, step_metrics
+from rlhfctl.cli.pipeline import PlainPipelineView, RichPipelineView, make_pipeline_view, step_metrics
 from rlhfctl.pipeline import StagePlan, StageResult
 
 

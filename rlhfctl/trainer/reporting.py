@@ -1,24 +1,17 @@
-"""The Reporter protocol the trainer reports progress through, and ``make_reporter`` to pick one.
+"""The Reporter protocol: what a trainer reports a run's progress to (the CLI's reporters implement it).
 
 The trainer calls, in order: ``run_started(info)``, then per step ``step_started(step, total)``, any
 number of ``dispatch_started(event)`` / ``dispatch_finished(event)`` (event: a
 :class:`rlhfctl.single_controller.DispatchEvent`), ``step_finished(step, metrics)``; ``message(text)``
-at any time; ``run_finished(summary)`` at the end. Reporters also work as worker-group observers
-(``call_started`` / ``call_finished``) and as context managers that stop their display on exit.
+at any time; ``run_finished(summary)`` at the end. Every method does nothing by default, so a class
+that derives from Reporter overrides only what it shows.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from rich.console import Console
-
-from rlhfctl.cli.plain_reporter import PlainReporter
-from rlhfctl.cli.quiet_reporter import QuietReporter
-from rlhfctl.cli.reporter_base import BaseReporter
-from rlhfctl.cli.rich_reporter import RichReporter
-
-__all__ = ["BaseReporter", "PlainReporter", "QuietReporter", "Reporter", "RichReporter", "make_reporter"]
+__all__ = ["Reporter"]
 
 
 @runtime_checkable
@@ -45,11 +38,3 @@ class Reporter(Protocol):
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         """The run ended normally with this summary."""
-
-def make_reporter(quiet: bool, console: Console, verbose: bool = False, err_console: Console | None = None) -> BaseReporter:
-    """Quiet with ``quiet``; Rich when ``console`` is a terminal; Plain (one line per event) otherwise."""
-    if quiet:
-        return QuietReporter(err_console or Console(stderr=True))
-    if console.is_terminal:
-        return RichReporter(console)
-    return PlainReporter(console.file, verbose=verbose)
