@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlhfctl.recipe.report import ValidationReport
+from rlhfctl.recipe.validate import ValidationReport
 from rlhfctl.recipe.roles import reference_source
 from rlhfctl.recipe.stages import STAGES, is_stage
 

@@ -19,7 +19,7 @@ from rlhfctl.cli.console import OutputFormat, OverridesArg, RecipeArg, load_for_
 from rlhfctl.cli.errors import EXIT_USER, guarded
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
-    from rlhfctl.recipe.report import ValidationReport
+    from rlhfctl.recipe.validate import ValidationReport
 
 __all__ = ["render_batch", "render_issues", "render_pools", "render_report", "validate"]
 

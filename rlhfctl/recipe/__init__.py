@@ -40,10 +40,10 @@ __all__ = [
 
 _LAZY = {
     "validate_recipe": "rlhfctl.recipe.validate",
-    "ValidationReport": "rlhfctl.recipe.report",
+    "ValidationReport": "rlhfctl.recipe.validate",
     "build_dispatch_plan": "rlhfctl.recipe.dispatch_plan",
     "training_step": "rlhfctl.recipe.dataflow",
-    "worker_classes": "rlhfctl.recipe.check_workers",
+    "worker_classes": "rlhfctl.recipe.check_runtime",
 }
 
 

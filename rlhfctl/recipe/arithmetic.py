@@ -7,7 +7,7 @@ from typing import Any
 
 from rlhfctl.recipe.dataflow import training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of
-from rlhfctl.recipe.report import Issue, error
+from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.single_controller.futures import RowLayout
 
 __all__ = ["BatchTable", "ShardRow", "UpdateRow", "derive_batch_table"]

@@ -1,4 +1,6 @@
-"""Validation: pools are declared and fit the Ray settings; model paths, positions and resume paths make sense."""
+"""Validation: what any recipe needs to start: pools that fit the Ray settings, worker classes with the
+methods the trainer calls, an importable reward function, data files, model paths and positions, and a
+resume path that exists."""
 
 from __future__ import annotations
 
@@ -6,13 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlhfctl.recipe.errors import did_you_mean
+from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
+from rlhfctl.recipe.importing import import_callable, import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
-from rlhfctl.recipe.report import Issue, error, warning
-from rlhfctl.recipe.roles import present_roles
+from rlhfctl.recipe.roles import present_roles, required_methods
 
-__all__ = ["check_pools", "check_models", "check_resume"]
-
+__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_reward_function", "check_workers",
+           "worker_classes"]
 
 def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
     """The resolved pools, with errors for undeclared pools and resources the Ray settings cannot give."""
@@ -138,3 +140,101 @@ def check_resume(cfg: Any) -> list[Issue]:
     if resume in ("never", "auto") or Path(os.path.expanduser(resume)).exists():
         return []
     return [error("trainer.resume", f"trainer.resume: checkpoint not found: {resume} (use never, auto or an existing checkpoint path)")]
+
+
+# ---------------------------------------------------------------------------------- worker classes and the reward function
+def worker_classes(cfg: Any) -> dict[str, type]:
+    """Import each present role's worker class; RecipeError (naming roles.<role>.worker) on failure."""
+    return {role: import_class(str(cfg.roles[role].worker), f"roles.{role}.worker") for role in present_roles(cfg)}
+
+
+def check_workers(cfg: Any) -> list[Issue]:
+    """Errors for worker classes that do not import or lack registered methods."""
+    from rlhfctl.single_controller.decorator import registered_methods
+
+    issues = []
+    for role in present_roles(cfg):
+        key = f"roles.{role}.worker"
+        try:
+            cls = import_class(str(cfg.roles[role].worker), key)
+        except RecipeError as failure:
+            issues.append(error(key, str(failure)))
+            continue
+        registered = registered_methods(cls)
+        missing = [name for name in required_methods(cfg, role) if name not in registered]
+        if not missing:
+            continue
+        plain = [name for name in missing if callable(getattr(cls, name, None))]
+        why = f" ({', '.join(plain)} defined but not decorated with @register)" if plain else ""
+        need = "as the reference (LoRA actor, no reference role)" if "compute_ref_log_prob" in missing and role == "actor" else f"as the {role}"
+        issues.append(error(key, (
+            f"{key}: {cls.__module__}.{cls.__qualname__} lacks registered method(s) {', '.join(missing)} needed {need}{why}; "
+            f"registered: {', '.join(registered) or 'none'}"
+        )))
+    return issues
+
+
+def check_reward_function(cfg: Any) -> list[Issue]:
+    """An error when roles.reward.function does not import (the function is not called)."""
+    reward = cfg.roles.get("reward")
+    if reward is None or not reward.get("function"):
+        return []
+    try:
+        import_callable(str(reward.function), "roles.reward.function")
+    except RecipeError as failure:
+        return [error("roles.reward.function", str(failure))]
+    return []
+
+
+# ---------------------------------------------------------------------------------- data
+_CREATE_HINT = "create it (one JSON object per line with a prompt field) or point the recipe at an existing file"
+
+
+def check_data(cfg: Any) -> list[Issue]:
+    """Errors for missing or unsupported data files; warnings for settings that are ignored."""
+    from rlhfctl.data.records import SUPPORTED_EXTENSIONS
+
+    data = cfg.data
+    issues = []
+    for key in ("train_files", "val_files"):
+        for index, name in enumerate(data.get(key) or []):
+            path_key = f"data.{key}[{index}]"
+            file = Path(os.path.expanduser(str(name)))
+            if not file.exists():
+                issues.append(error(path_key, f"{path_key}: data file not found: {name} (relative to {os.getcwd()}); {_CREATE_HINT}"))
+            elif file.is_dir():
+                issues.append(error(path_key, f"{path_key}: {name} is a directory; give a data file"))
+            elif file.suffix.lower() not in SUPPORTED_EXTENSIONS:
+                issues.append(error(path_key, (
+                    f"{path_key}: unsupported file type {file.suffix or '(none)'!r} for {name}; "
+                    f"use one of {', '.join(SUPPORTED_EXTENSIONS)}"
+                )))
+    if data.train_files and data.task:
+        issues.append(warning("data.task", f"data.task: {data.task!r} is ignored because data.train_files is set"))
+    if not data.train_files and data.task:
+        issues.extend(_check_task(cfg))
+    if cfg.trainer.val_every and not data.val_files and not data.task:
+        issues.append(warning("trainer.val_every", "trainer.val_every: validation is on but there is no validation data (data.val_files)"))
+    return issues
+
+
+def _check_task(cfg: Any) -> list[Issue]:
+    from rlhfctl.tasks import UnknownTaskError, get_task
+
+    issues = []
+    data = cfg.data
+    if data.num_train < cfg.trainer.batch_size:
+        issues.append(error("data.num_train", (
+            f"data.num_train: {data.num_train} prompts is fewer than trainer.batch_size ({cfg.trainer.batch_size})"
+        )))
+    try:
+        task = get_task(str(data.task))
+    except UnknownTaskError as failure:
+        return [*issues, error("data.task", f"data.task: {failure}")]
+    reward = cfg.roles.get("reward")
+    task_fn = f"{task.score.__module__}:{task.score.__name__}"
+    if reward is not None and reward.get("function") and reward.function != task_fn and reward.get("model") is None:
+        issues.append(warning("roles.reward.function", (
+            f"roles.reward.function: {reward.function} scores the responses, not the {data.task!r} task's own reward {task_fn}"
+        )))
+    return issues

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
-from rlhfctl.recipe.check_workers import worker_classes
+from rlhfctl.recipe.check_runtime import worker_classes
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of, resolve_pools
 from rlhfctl.recipe.roles import present_roles, required_methods

@@ -1,13 +1,15 @@
-"""RecipeError: the one exception a bad recipe produces, with the key path it is about."""
+"""What is wrong with a recipe: RecipeError (the one exception a bad recipe raises, with the key path it is
+about), and the Issues validation collects (errors and warnings, each naming its key path)."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from rlhfctl.errors import UserError
 
-__all__ = ["RecipeError", "did_you_mean"]
+__all__ = ["Issue", "RecipeError", "did_you_mean", "error", "warning"]
 
 
 class RecipeError(UserError):
@@ -32,3 +34,23 @@ def did_you_mean(word: str, candidates: Iterable[str], prefix: str = "") -> str:
     """A "; did you mean 'x'?" suffix for the closest candidate (shown after ``prefix``), or ""."""
     matches = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
     return f"; did you mean '{prefix}{matches[0]}'?" if matches else ""
+
+
+# ---------------------------------------------------------------------------------- issues found by validation
+@dataclass(frozen=True)
+class Issue:
+    """One finding: ``severity`` is "error" (the run cannot work) or "warning" (it can, but check this)."""
+
+    severity: str
+    key_path: str | None
+    message: str
+
+
+def error(key_path: str | None, message: str) -> Issue:
+    """An error issue (the message should name the key path)."""
+    return Issue("error", key_path, message)
+
+
+def warning(key_path: str | None, message: str) -> Issue:
+    """A warning issue (the message should name the key path)."""
+    return Issue("warning", key_path, message)

@@ -1,17 +1,16 @@
-"""Per-field checks on a merged recipe: allowed choices, numeric bounds, and values that are required."""
+"""Per-field checks: each layer's types (the YAML file, each override), and on the merged recipe the allowed
+choices (some lists come from other packages, looked up by name), numeric bounds and required values."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Callable
 
-from rlhfctl.recipe.choices import choices_for
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
-from rlhfctl.recipe.typespec import ROOT, TypeSpec, format_path, struct_fields
-from rlhfctl.recipe.typecheck import show_value
+from rlhfctl.recipe.typespec import ROOT, TypeSpec, format_path, locate, struct_fields
 
-__all__ = ["check_fields"]
+__all__ = ["check_fields", "check_layer", "choices_for", "is_placeholder", "show_value"]
 
 _BOUNDS = (
     ("min", lambda v, b: v >= b, ">="),
@@ -135,3 +134,119 @@ def _required_values(recipe: Mapping[str, Any]) -> list[RecipeError]:
     if not recipe.get("resource_pools"):
         problems.append(_missing("resource_pools", "declare at least one pool, e.g. main: {process_on_nodes: [1]}"))
     return problems
+
+
+# ---------------------------------------------------------------------------------- one layer's types
+def is_placeholder(value: Any) -> bool:
+    """True for values checked only after merging: ``???`` (required) and ``${...}`` interpolations."""
+    return isinstance(value, str) and (value == "???" or "${" in value)
+
+
+def show_value(value: Any) -> str:
+    """A short rendering of a user value and its YAML kind, for messages."""
+    kinds = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping"}
+    kind = next((name for cls, name in kinds.items() if type(value) is cls), type(value).__name__)
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({kind})"
+
+
+def _wrong_type(parts: Sequence[str | int], spec: TypeSpec, value: Any) -> RecipeError:
+    path = format_path(parts)
+    return RecipeError(f"{path}: expected {spec.describe()}, got {show_value(value)}", key_path=path, kind="wrong_type")
+
+
+def _scalar_ok(kind: str, value: Any) -> bool:
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    return True
+
+
+def check_layer(value: Any, spec: TypeSpec, parts: Sequence[str | int] = ()) -> None:
+    """Raise RecipeError for the first unknown key, wrong type or null-where-required in ``value``."""
+    if is_placeholder(value):
+        return
+    if value is None:
+        if spec.nullable or spec.kind == "any":
+            return
+        path = format_path(parts)
+        raise RecipeError(
+            f"{path}: missing required value ({spec.describe()}); null is not allowed here",
+            key_path=path,
+            kind="missing",
+        )
+    if spec.kind == "struct":
+        if not isinstance(value, Mapping):
+            raise _wrong_type(parts, spec, value)
+        fields = struct_fields(spec.struct)
+        for key, item in value.items():
+            if not isinstance(key, str) or key not in fields:
+                locate([*(p for p in parts if isinstance(p, str)), str(key)])  # raises unknown key
+            check_layer(item, fields[key][0], [*parts, key])
+    elif spec.kind == "dict":
+        if not isinstance(value, Mapping):
+            raise _wrong_type(parts, spec, value)
+        for key, item in value.items():
+            if not isinstance(key, str):
+                path = format_path([*parts, str(key)])
+                raise RecipeError(f"{path}: names must be strings, got {show_value(key)}", key_path=path, kind="wrong_type")
+            check_layer(item, spec.item, [*parts, key])  # type: ignore[arg-type]
+    elif spec.kind == "list":
+        if not isinstance(value, (list, tuple)):
+            raise _wrong_type(parts, spec, value)
+        for index, item in enumerate(value):
+            check_layer(item, spec.item, [*parts, index])  # type: ignore[arg-type]
+    elif not _scalar_ok(spec.kind, value):
+        raise _wrong_type(parts, spec, value)
+
+
+# ---------------------------------------------------------------------------------- choice lists from other packages
+_DTYPES = ("float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16", "auto")
+_KL_KIND_ALIASES = ("kl", "mse", "low_var_kl")
+
+
+def _loss_agg_modes() -> tuple[str, ...]:
+    from rlhfctl.algorithms.losses import LOSS_AGG_MODES
+
+    return tuple(LOSS_AGG_MODES)
+
+
+def _kl_kinds() -> tuple[str, ...]:
+    from rlhfctl.algorithms.kl import KL_KINDS
+
+    return tuple(KL_KINDS) + _KL_KIND_ALIASES
+
+
+def _tasks() -> tuple[str, ...]:
+    from rlhfctl.tasks import task_names
+
+    return tuple(task_names())
+
+
+def _overlong() -> tuple[str, ...]:
+    from rlhfctl.data.prompts import OVERLONG_POLICIES
+
+    return tuple(OVERLONG_POLICIES)
+
+
+_PROVIDERS: dict[str, Callable[[], tuple[str, ...]]] = {
+    "dtypes": lambda: _DTYPES,
+    "loss_agg_modes": _loss_agg_modes,
+    "kl_kinds": _kl_kinds,
+    "tasks": _tasks,
+    "overlong": _overlong,
+}
+
+
+def choices_for(spec: tuple[str, ...] | str) -> tuple[str, ...]:
+    """The allowed values for a field's ``choices`` metadata (a tuple, or a provider name)."""
+    if isinstance(spec, str):
+        return _PROVIDERS[spec]()
+    return tuple(spec)

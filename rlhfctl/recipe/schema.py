@@ -2,7 +2,7 @@
 
 Every field has a default and ``metadata``: ``help`` (one line, used by error messages and
 docs/recipes.md), optionally ``choices`` (a tuple, or the name of a choice provider in
-:mod:`rlhfctl.recipe.choices`), ``min`` / ``max`` (inclusive bounds) and ``min_exclusive``.
+:mod:`rlhfctl.recipe.field_checks`), ``min`` / ``max`` (inclusive bounds) and ``min_exclusive``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,63 @@
-"""validate_recipe: everything that can be checked without starting Ray or loading weights."""
+"""validate_recipe: everything that can be checked without starting Ray or loading weights, as a ValidationReport."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from rlhfctl.recipe.arithmetic import derive_batch_table
-from rlhfctl.recipe.check_algorithm import check_algorithm
-from rlhfctl.recipe.check_data import check_data
-from rlhfctl.recipe.check_runtime import check_models, check_pools, check_resume
-from rlhfctl.recipe.check_stage import check_stage
-from rlhfctl.recipe.check_workers import check_reward_function, check_workers
+from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
+from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
+from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_reward_function, check_workers
+from rlhfctl.recipe.errors import Issue, RecipeError, error
 from rlhfctl.recipe.field_checks import check_fields
-from rlhfctl.recipe.report import ValidationReport, error
+from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.stages import is_stage
 
-__all__ = ["validate_recipe"]
+__all__ = ["ValidationReport", "validate_recipe"]
+
+
+@dataclass
+class ValidationReport:
+    """Everything ``validate_recipe`` found, and what it derived (batch arithmetic, pools)."""
+
+    issues: list[Issue] = field(default_factory=list)
+    batch: BatchTable | None = None
+    pools: dict[str, PoolInfo] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Issue]:
+        """Issues that stop a run."""
+        return [issue for issue in self.issues if issue.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        """Issues worth a look."""
+        return [issue for issue in self.issues if issue.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        """True without errors (warnings allowed)."""
+        return not self.errors
+
+    def raise_for_errors(self) -> None:
+        """Raise the first error as a RecipeError (``.key_path`` set); do nothing when ok."""
+        if self.errors:
+            first = self.errors[0]
+            more = len(self.errors) - 1
+            suffix = f" (and {more} more error{'s' if more > 1 else ''}; run rlhfctl validate)" if more else ""
+            raise RecipeError(first.message + suffix, key_path=first.key_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view: ok, errors, warnings, batch, pools."""
+        return {
+            "ok": self.ok,
+            "errors": [asdict(issue) for issue in self.errors],
+            "warnings": [asdict(issue) for issue in self.warnings],
+            "batch": None if self.batch is None else self.batch.to_dict(),
+            "pools": {name: pool.to_dict() for name, pool in self.pools.items()},
+        }
 
 
 def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport:
