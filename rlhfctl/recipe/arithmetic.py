@@ -8,7 +8,7 @@ from typing import Any
 from rlhfctl.recipe.dataflow import training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of
 from rlhfctl.recipe.errors import Issue, error
-from rlhfctl.single_controller.futures import RowLayout
+from rlhfctl.single_controller.rows import RowLayout
 
 __all__ = ["BatchTable", "ShardRow", "UpdateRow", "derive_batch_table"]
 

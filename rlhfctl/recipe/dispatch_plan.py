@@ -90,7 +90,7 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
                      out_rows_per_rank=rows, inputs=_tensors(call.inputs, rows, cfg),
                      outputs=_tensors(call.outputs, rows, cfg), summary=f"on the driver: {call.purpose}")
         return entry
-    from rlhfctl.single_controller.futures import RowLayout
+    from rlhfctl.single_controller.rows import RowLayout
 
     role = roles[call.role]
     spec = role["methods"].get(call.method)

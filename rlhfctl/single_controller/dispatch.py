@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from rlhfctl.single_controller.decorator import Dispatch, DispatchMode
-from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, RowLayout, ShardRef, ShardUnion
-from rlhfctl.single_controller.rows import concat_rows, is_batch, same_batch_type, take_rows
+from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, ShardRef, ShardUnion
+from rlhfctl.single_controller.rows import RowLayout, concat_rows, is_batch, same_batch_type, take_rows
 
 if TYPE_CHECKING:
     from rlhfctl.single_controller.worker_group import WorkerGroup

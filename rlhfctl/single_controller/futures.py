@@ -13,35 +13,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from rlhfctl.single_controller.rows import RowLayout, concat_rows, take_rows
+
 if TYPE_CHECKING:
     from rlhfctl.single_controller.worker_group import WorkerGroup
 
 WORKER_FETCH_TIMEOUT_S = float(os.environ.get("RLHFCTL_WORKER_FETCH_TIMEOUT_S", "3600"))
-
-
-@dataclass(frozen=True)
-class RowLayout:
-    """How ALL_TO_ALL laid ``num_rows`` rows over ``world_size`` ranks, padding the end to equal shards."""
-
-    num_rows: int
-    world_size: int
-
-    @property
-    def pad(self) -> int:
-        """Rows repeated at the end so every rank gets the same number."""
-        if self.num_rows < self.world_size:
-            return self.world_size - self.num_rows
-        return (-self.num_rows) % self.world_size
-
-    @property
-    def shard_size(self) -> int:
-        return (self.num_rows + self.pad) // self.world_size
-
-    def positions(self, rank: int) -> np.ndarray:
-        """Source row of each row in ``rank``'s shard (padding repeats rows from the start)."""
-        start = rank * self.shard_size
-        padded = np.arange(start, start + self.shard_size, dtype=np.int64)
-        return np.where(padded < self.num_rows, padded, (padded - self.num_rows) % max(self.num_rows, 1))
 
 
 @dataclass
@@ -60,8 +37,6 @@ class ShardRef:
     def resolve(self) -> Any:
         """Fetch the referenced values (zero-copy where possible) and assemble this rank's argument."""
         import ray
-
-        from rlhfctl.single_controller.rows import concat_rows, take_rows
 
         values = ray.get([ref for ref, _ in self.parts], timeout=WORKER_FETCH_TIMEOUT_S)
         if self.collect is not None:

@@ -1,7 +1,9 @@
-"""Row-wise operations on the batch types a group call can shard: DataProto, tensors, arrays, lists."""
+"""Row-wise operations on the batch types a group call can shard (DataProto, tensors, arrays, lists), and
+RowLayout: how ALL_TO_ALL lays a batch's rows over the ranks."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -59,3 +61,28 @@ def same_batch_type(values: Sequence[Any]) -> bool:
         return False
     first_type = type(values[0])
     return all(type(value) is first_type for value in values)
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How ALL_TO_ALL laid ``num_rows`` rows over ``world_size`` ranks, padding the end to equal shards."""
+
+    num_rows: int
+    world_size: int
+
+    @property
+    def pad(self) -> int:
+        """Rows repeated at the end so every rank gets the same number."""
+        if self.num_rows < self.world_size:
+            return self.world_size - self.num_rows
+        return (-self.num_rows) % self.world_size
+
+    @property
+    def shard_size(self) -> int:
+        return (self.num_rows + self.pad) // self.world_size
+
+    def positions(self, rank: int) -> np.ndarray:
+        """Source row of each row in ``rank``'s shard (padding repeats rows from the start)."""
+        start = rank * self.shard_size
+        padded = np.arange(start, start + self.shard_size, dtype=np.int64)
+        return np.where(padded < self.num_rows, padded, (padded - self.num_rows) % max(self.num_rows, 1))
