@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -78,6 +78,57 @@ def _numpy_to_tensor(dtype_name: str, array: np.ndarray) -> torch.Tensor:
     if dtype_name == "bfloat16":
         tensor = tensor.view(torch.bfloat16)
     return tensor
+
+
+def columns_equal(left: np.ndarray, right: np.ndarray, name: str = "column") -> bool:
+    """Whether two non-tensor columns hold equal rows, NaN equal to NaN in the same place.
+
+    Object rows may be numpy arrays, lists, tuples or dicts of those; ``np.array_equal`` alone
+    raises on rows that are arrays ("truth value ... ambiguous") and calls NaN unequal to itself.
+    A row that contains itself raises ValueError naming the column instead of recursing forever.
+    """
+    if left is right:
+        return True
+    if left.shape != right.shape:
+        return False
+    if left.dtype != object and right.dtype != object:
+        nan_aware = left.dtype.kind in "fc" and right.dtype.kind in "fc"
+        return bool(np.array_equal(left, right, equal_nan=nan_aware))
+    return all(_values_equal(a, b, name, set()) for a, b in zip(left.ravel(), right.ravel()))
+
+
+def _values_equal(left: Any, right: Any, name: str, open_ids: set[int]) -> bool:
+    """Deep equality of two row values; ``open_ids`` holds the containers being compared (cycle guard)."""
+    if left is right:
+        return True
+    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+        if not (isinstance(left, np.ndarray) and isinstance(right, np.ndarray)):
+            return False
+        return _containers_equal(left, right, name, open_ids, lambda: columns_equal(left, right, name))
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        if type(left) is not type(right) or len(left) != len(right):
+            return False
+        return _containers_equal(left, right, name, open_ids,
+                                 lambda: all(_values_equal(a, b, name, open_ids) for a, b in zip(left, right)))
+    if isinstance(left, dict) and isinstance(right, dict):
+        if left.keys() != right.keys():
+            return False
+        return _containers_equal(left, right, name, open_ids,
+                                 lambda: all(_values_equal(left[k], right[k], name, open_ids) for k in left))
+    if isinstance(left, (float, np.floating)) and isinstance(right, (float, np.floating)):
+        return bool(left == right or (np.isnan(left) and np.isnan(right)))
+    return bool(left == right)
+
+
+def _containers_equal(left: Any, right: Any, name: str, open_ids: set[int], compare: Callable[[], bool]) -> bool:
+    if id(left) in open_ids or id(right) in open_ids:
+        raise ValueError(f"non-tensor '{name}' holds a value that contains itself; cannot compare it for union")
+    open_ids.update((id(left), id(right)))
+    try:
+        return compare()
+    finally:
+        open_ids.discard(id(left))
+        open_ids.discard(id(right))
 
 
 @dataclass
@@ -149,8 +200,13 @@ class DataProto:
             if index.step is not None and index.step < 0:
                 return self[np.arange(len(self))[index]]
             return self._take_slice(index)
-        # np.array copies, so an index array that is a read-only view (from Ray) is safe to hand to torch.
-        positions = torch.as_tensor(np.array(index.cpu() if isinstance(index, torch.Tensor) else index))
+        # Copies, so an index array that is a read-only view (from Ray) is safe to hand to torch. A tensor
+        # is cloned by torch itself: np.array(tensor) goes through Tensor.__array__, whose missing `copy`
+        # keyword numpy 2 deprecates.
+        if isinstance(index, torch.Tensor):
+            positions = index.detach().cpu().clone()
+        else:
+            positions = torch.as_tensor(np.array(index))
         if positions.dtype == torch.bool:
             if positions.numel() != len(self):
                 raise IndexError(f"boolean mask of length {positions.numel()} for a DataProto of {len(self)} rows")
@@ -222,7 +278,7 @@ class DataProto:
             batch[key] = tensor
         non_tensor = dict(self.non_tensor_batch)
         for key, array in other.non_tensor_batch.items():
-            if key in non_tensor and not np.array_equal(non_tensor[key], array):
+            if key in non_tensor and not columns_equal(non_tensor[key], array, key):
                 raise ValueError(f"union: non-tensor '{key}' differs between the two DataProtos")
             non_tensor[key] = array
         meta = dict(self.meta_info)
@@ -319,7 +375,7 @@ class DataProto:
             return False
         if any(not torch.equal(self.batch[k], other.batch[k]) for k in self.batch):
             return False
-        if any(not np.array_equal(self.non_tensor_batch[k], other.non_tensor_batch[k]) for k in self.non_tensor_batch):
+        if any(not columns_equal(self.non_tensor_batch[k], other.non_tensor_batch[k], k) for k in self.non_tensor_batch):
             return False
         return self.meta_info == other.meta_info
 

@@ -51,7 +51,7 @@ class ActorWorker(TrainableRoleWorker):
     """
 
     default_role = "actor"
-    counter_names = ("generate_calls", "update_calls")
+    counter_names = ("generate_calls", "update_calls", "validate_calls")
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
         super().__init__(recipe, role)
@@ -62,6 +62,7 @@ class ActorWorker(TrainableRoleWorker):
         self.kl = kl_config(self.recipe)
         self.generate_calls = 0
         self.update_calls = 0
+        self.validate_calls = 0
 
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -88,11 +89,17 @@ class ActorWorker(TrainableRoleWorker):
     # ------------------------------------------------------------------ rollout and scoring
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Sample ``rollout.n`` responses per left-padded prompt row (meta_info may override sampling)."""
+        """Sample ``rollout.n`` responses per left-padded prompt row (meta_info may override sampling).
+
+        ``meta_info["validate"]`` draws from a separate stream (its own counter), so validation calls
+        leave the training rollouts' random numbers unchanged.
+        """
         self._require_model()
         params = SamplingParams.from_config(self.rollout, prompts.meta_info)
-        generator = make_generator(self.device, self.seed, self.rank, "generate", self.generate_calls)
-        self.generate_calls += 1
+        stream = "validate" if prompts.meta_info.get("validate") else "generate"
+        counter = f"{stream}_calls"
+        generator = make_generator(self.device, self.seed, self.rank, stream, getattr(self, counter))
+        setattr(self, counter, getattr(self, counter) + 1)
         self.module.eval()
         return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
 

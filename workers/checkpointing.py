@@ -7,7 +7,7 @@ Layout of ``<directory>/<role>/``::
     adapter/                   instead, with LoRA: adapter_config.json + adapter_model.safetensors
     optimizer.pt               optimizer.state_dict()
     scheduler.pt               scheduler.state_dict()
-    worker_state.pt            {"rng": ..., "counters": {...}}
+    worker_state.pt            {"rng": rank 0's RNG, "rank_rng": [every rank's RNG], "counters": {...}}
     checkpoint.json            what wrote it (role, worker class, lora or not)
 
 Every ``.pt`` file loads with ``torch.load(..., weights_only=True)``. A role directory is written
@@ -28,7 +28,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from workers.lora import is_lora, load_adapter, save_adapter
-from workers.seeding import capture_rng_state, restore_rng_state
+from workers.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
 
 __all__ = ["ADAPTER_DIR", "MODEL_FILE", "load_role_state", "role_directory", "save_role_state"]
 
@@ -53,8 +53,13 @@ def save_role_state(
     scheduler: Any,
     counters: dict[str, int],
     info: dict[str, Any],
+    rank_rng: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write the role's state to ``target`` (replacing what was there); returns ``target``."""
+    """Write the role's state to ``target`` (replacing what was there); returns ``target``.
+
+    ``rank_rng`` holds every rank's RNG state in rank order (:func:`workers.seeding.gather_rng_states`);
+    without it, only this process's state is saved.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
@@ -65,7 +70,8 @@ def save_role_state(
             save_model(model, str(staging / MODEL_FILE))
         torch.save(optimizer.state_dict(), staging / OPTIMIZER_FILE)
         torch.save(scheduler.state_dict(), staging / SCHEDULER_FILE)
-        torch.save({"rng": capture_rng_state(), "counters": dict(counters)}, staging / WORKER_STATE_FILE)
+        rank_rng = rank_rng or [capture_rng_state()]
+        torch.save({"rng": rank_rng[0], "rank_rng": rank_rng, "counters": dict(counters)}, staging / WORKER_STATE_FILE)
         (staging / INFO_FILE).write_text(json.dumps({**info, "lora": lora, "format": 1}, indent=2) + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -89,8 +95,11 @@ def load_role_state(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     device: torch.device,
+    rank: int = 0,
 ) -> dict[str, int]:
-    """Restore what :func:`save_role_state` wrote into the given objects; returns the counters."""
+    """Restore what :func:`save_role_state` wrote into the given objects, with ``rank``'s own RNG state
+    (see :func:`workers.seeding.rng_state_for_rank` for a resume on a different number of ranks);
+    returns the counters."""
     if not source.is_dir():
         raise FileNotFoundError(f"no checkpoint for this role at {source}")
     lora = is_lora(model)
@@ -110,5 +119,7 @@ def load_role_state(
     optimizer.load_state_dict(_load(source / OPTIMIZER_FILE))
     scheduler.load_state_dict(_load(source / SCHEDULER_FILE))
     state = _load(source / WORKER_STATE_FILE)
-    restore_rng_state(state["rng"])
+    rng = rng_state_for_rank(state, rank)
+    if rng is not None:
+        restore_rng_state(rng)
     return {key: int(value) for key, value in state.get("counters", {}).items()}

@@ -18,7 +18,7 @@ from workers.role import RoleWorker
 
 __all__ = ["INTERNAL_COLUMNS", "RewardWorker", "place_scores"]
 
-INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "score", "reward_error"})
+INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "prompt_messages", "score", "reward_error"})
 """Non-tensor columns not passed to reward functions (the rest go in as keyword lists)."""
 
 
@@ -137,7 +137,7 @@ class RewardWorker(RoleWorker):
                 on_error=str(self.config["on_error"]),
             )
         else:
-            scores, errored = self._model_scores(prompts, texts), [False] * len(texts)
+            scores, errored = self._model_scores(self._model_prompts(data, prompts), texts), [False] * len(texts)
         score_tensor = torch.tensor(scores, dtype=torch.float32)
         return DataProto.from_dict(
             tensors={"token_level_scores": place_scores(score_tensor, response_mask)},
@@ -147,6 +147,19 @@ class RewardWorker(RoleWorker):
             },
             meta_info={"reward/errors": int(sum(errored))},
         )
+
+    def _model_prompts(self, data: DataProto, policy_prompts: list[str]) -> list[str]:
+        """Prompts as the reward model reads them: a chat prompt (``prompt_messages``, from
+        ``data.apply_chat_template``) rendered with the reward model's own chat template when its tokenizer
+        has one, as the reward-model stage trained it; otherwise the policy's prompt text."""
+        chats = data.non_tensor_batch.get("prompt_messages")
+        if chats is None or not getattr(self.model_tokenizer, "chat_template", None):
+            return policy_prompts
+        return [
+            policy if chat is None else self.model_tokenizer.apply_chat_template(
+                list(chat), add_generation_prompt=True, tokenize=False)
+            for policy, chat in zip(policy_prompts, chats.tolist())
+        ]
 
     @torch.no_grad()
     def _model_scores(self, prompts: list[str], responses: list[str]) -> list[float]:

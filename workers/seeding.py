@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["capture_rng_state", "derive_seed", "make_generator", "restore_rng_state", "seed_everything"]
+__all__ = ["capture_rng_state", "derive_seed", "gather_rng_states", "make_generator", "restore_rng_state",
+           "rng_state_for_rank", "seed_everything"]
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -69,3 +70,33 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     random.setstate((python_state["version"], tuple(python_state["state"]), python_state["gauss"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"].cpu())
+
+
+def gather_rng_states() -> list[dict[str, Any]] | None:
+    """Every rank's :func:`capture_rng_state`, in rank order, on rank 0 (None on the others).
+
+    A collective under torch.distributed: every rank of the group must call it.
+    """
+    import torch.distributed as dist
+
+    own = capture_rng_state()
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return [own]
+    rank = dist.get_rank()
+    gathered: list[Any] | None = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(own, gathered, dst=0)
+    return gathered
+
+
+def rng_state_for_rank(saved: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    """The RNG state ``rank`` restores from a saved worker state, or None to keep its own fresh seed.
+
+    ``saved["rank_rng"]`` holds one state per saving rank: rank r restores entry r. A rank the saving run
+    did not have (a resume on more ranks), or any rank above 0 of a checkpoint written before per-rank
+    states were kept (only rank 0's ``saved["rng"]``), keeps the state it was seeded with at start-up,
+    ``(trainer.seed, rank, role)``: distinct per rank, never a copy of another rank's stream.
+    """
+    per_rank = saved.get("rank_rng")
+    if per_rank is not None:
+        return per_rank[rank] if rank < len(per_rank) else None
+    return saved.get("rng") if rank == 0 else None

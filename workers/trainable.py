@@ -10,6 +10,7 @@ from torch import nn
 
 from rlhfctl.single_controller import Dispatch, register
 from workers.checkpointing import load_role_state, role_directory, save_role_state
+from workers.seeding import gather_rng_states
 from workers.role import RoleWorker
 from workers.training import distributed, trainable_parameters
 
@@ -35,10 +36,11 @@ class TrainableRoleWorker(RoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> str:
-        """Rank 0 writes ``<directory>/<role>/`` (weights or adapter, optimizer, scheduler, RNG); returns it."""
+        """Rank 0 writes ``<directory>/<role>/`` (weights or adapter, optimizer, scheduler, every rank's RNG); returns it."""
         self._require_model()
         target = role_directory(directory, self.role)
         error: BaseException | None = None
+        rank_rng = gather_rng_states()  # a collective: every rank sends its own RNG state to rank 0
         if self.rank == 0:
             try:
                 save_role_state(
@@ -48,6 +50,7 @@ class TrainableRoleWorker(RoleWorker):
                     scheduler=self.scheduler,
                     counters={name: int(getattr(self, name)) for name in self.counter_names},
                     info={"role": self.role, "worker": f"{type(self).__module__}.{type(self).__qualname__}"},
+                    rank_rng=rank_rng,
                 )
             except Exception as caught:  # noqa: BLE001 - re-raised after the barrier so no rank hangs
                 error = caught
@@ -59,7 +62,7 @@ class TrainableRoleWorker(RoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, directory: str) -> None:
-        """Every rank restores ``<directory>/<role>/`` written by ``save_checkpoint``."""
+        """Every rank restores ``<directory>/<role>/`` written by ``save_checkpoint``, with its own RNG state."""
         self._require_model()
         counters = load_role_state(
             role_directory(directory, self.role),
@@ -67,6 +70,7 @@ class TrainableRoleWorker(RoleWorker):
             optimizer=self.optimizer,
             scheduler=self.scheduler,
             device=self.device,
+            rank=self.rank,
         )
         for name in self.counter_names:
             if name in counters:

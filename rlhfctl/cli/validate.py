@@ -19,6 +19,7 @@ from rlhfctl.cli.console import OutputFormat, OverridesArg, RecipeArg, load_for_
 from rlhfctl.cli.errors import EXIT_USER, guarded
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
+    from rlhfctl.recipe.arithmetic import EpochRow
     from rlhfctl.recipe.validate import ValidationReport
 
 __all__ = ["render_batch", "render_issues", "render_pools", "render_report", "validate"]
@@ -131,6 +132,7 @@ def render_batch(console: Console, report: ValidationReport) -> None:
         f"per step: {batch.prompts_per_step} prompts (trainer.batch_size) x n={batch.n} (rollout.n) "
         f"= {batch.samples_per_step} samples"
     ), "bold")
+    _render_epoch(console, batch.epoch, batch.prompts_per_step)
     shards = Table(title="Per-rank shards (ALL_TO_ALL: rows split evenly, the last rows repeated as padding)", title_justify="left")
     for column in ("call", "pool", "ranks", "rows in", "rows per rank", "padding rows", "rows out"):
         shards.add_column(column, justify="left" if column in ("call", "pool") else "right")
@@ -153,6 +155,22 @@ def render_batch(console: Console, report: ValidationReport) -> None:
         "samples/mini = mini x n, split over the ranks into rows/rank/mini; micro = micro_batch_size rows per "
         "forward/backward on one rank; accum = rows/rank/mini / micro; opt steps = minis x epochs"
     ), "dim")
+
+
+def _render_epoch(console: Console, epoch: EpochRow | None, batch_size: int) -> None:
+    """Steps per epoch, and the prompts the last partial batch leaves out of each epoch."""
+    if epoch is None:
+        return
+    line = f"per epoch: {epoch.prompts} training prompts = {epoch.steps_per_epoch} steps of {batch_size}"
+    if not epoch.dropped_per_epoch:
+        print_line(console, line)
+        return
+    which = ("reshuffled every epoch, so different ones each time" if epoch.shuffled
+             else "data.shuffle is off, so always the same ones: they never train")
+    print_line(console, (
+        f"{line}; the last {epoch.dropped_per_epoch} prompts of each epoch (a partial batch) are left out "
+        f"({which})"
+    ), "yellow")
 
 
 def render_report(console: Console, report: ValidationReport, errors_console: Console | None = None) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -55,6 +55,8 @@ class PromptRow:
     prompt_text: str
     """The text the model sees: rendered (chat template applied), and truncated like the ids."""
     columns: Mapping[str, Any] = field(default_factory=dict)
+    messages: tuple[Mapping[str, Any], ...] | None = None
+    """The chat the text was rendered from (``apply_chat_template``), so a reward model can render it its own way."""
 
 
 class PromptBatch(NamedTuple):
@@ -99,13 +101,14 @@ class PromptDataset(Sequence[PromptRow]):
         """Records shortened by ``overlong="truncate"``."""
 
         records = list(records)
-        texts = [self._render(record, number, tokenizer, apply_chat_template) for number, record in enumerate(records, 1)]
+        rendered = [self._render(record, number, tokenizer, apply_chat_template) for number, record in enumerate(records, 1)]
+        texts = [text for text, _ in rendered]
         encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         self._rows: list[PromptRow] = []
-        for index, (record, text, ids) in enumerate(zip(records, texts, encoded)):
+        for index, (record, (text, chat), ids) in enumerate(zip(records, rendered, encoded)):
             row = self._bound(index, record, text, list(ids), tokenizer)
             if row is not None:
-                self._rows.append(row)
+                self._rows.append(row if chat is None else replace(row, messages=tuple(chat)))
         if records and not self._rows:
             raise DataFileError(
                 f"{source}: all {len(records)} prompts are longer than max_prompt_length={max_prompt_length} "
@@ -117,7 +120,9 @@ class PromptDataset(Sequence[PromptRow]):
         """Load a data file with :func:`load_records` and build the dataset, naming the file in errors."""
         return cls(load_records(path), source=str(path), **kwargs)
 
-    def _render(self, record: Mapping[str, Any], number: int, tokenizer: Any, chat: bool) -> str:
+    def _render(self, record: Mapping[str, Any], number: int, tokenizer: Any,
+                chat: bool) -> tuple[str, list[dict[str, Any]] | None]:
+        """The prompt text the policy sees, and the chat messages it was rendered from (None without a chat)."""
         if not isinstance(record, Mapping):
             raise DataFileError(f"{self.source}: record {number}: expected a mapping, got {type(record).__name__}")
         if self.prompt_key not in record:
@@ -127,6 +132,7 @@ class PromptDataset(Sequence[PromptRow]):
                 "set data.prompt_key to the column holding the prompt"
             )
         prompt = record[self.prompt_key]
+        messages = None
         if chat:
             messages = _as_messages(prompt, self.source, number)
             text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -143,7 +149,7 @@ class PromptDataset(Sequence[PromptRow]):
             )
         if not text:
             raise DataFileError(f"{self.source}: record {number}: the prompt is empty")
-        return text
+        return text, messages
 
     def _bound(self, index: int, record: Mapping[str, Any], text: str, ids: list[int], tokenizer: Any) -> PromptRow | None:
         """Apply the overlong policy; None means the record is skipped."""
@@ -192,7 +198,8 @@ def _as_messages(prompt: Any, source: str, number: int) -> list[dict[str, Any]]:
 def collate_prompts(
     rows: Sequence[PromptRow], tokenizer: Any = None, pad_token_id: int | None = None
 ) -> PromptBatch:
-    """Left-pad rows into (input_ids, attention_mask) and gather columns (plus ``prompt_text``).
+    """Left-pad rows into (input_ids, attention_mask) and gather columns (plus ``prompt_text``, and
+    ``prompt_messages`` for rows rendered from a chat).
 
     Columns missing from some rows are filled with None. ``pad_token_id`` defaults to the
     tokenizer's pad id.
@@ -215,4 +222,6 @@ def collate_prompts(
         names.update(dict.fromkeys(row.columns))
     columns: dict[str, list[Any]] = {name: [row.columns.get(name) for row in rows] for name in names}
     columns["prompt_text"] = [row.prompt_text for row in rows]
+    if any(row.messages is not None for row in rows):
+        columns["prompt_messages"] = [list(row.messages) if row.messages is not None else None for row in rows]
     return PromptBatch(input_ids, attention_mask, columns)

@@ -2,7 +2,9 @@
 
 Supported: ``.jsonl`` (one JSON object per line; blank lines are skipped), ``.json`` (JSON lines,
 or a single JSON array of objects), ``.parquet`` (needs ``pyarrow``) and ``.csv`` (header row,
-all values as strings). Every problem raises :class:`DataFileError` naming the file and, where
+all values as strings), and a directory written by Hugging Face ``datasets``' ``Dataset.save_to_disk``
+(``state.json`` + ``data-*.arrow``, read with pyarrow: the ``datasets`` package is not needed). Every
+problem raises :class:`DataFileError` naming the file and, where
 there is one, the 1-based line number.
 """
 
@@ -20,6 +22,7 @@ from rlhfctl.data.errors import DataFileError
 __all__ = ["SUPPORTED_EXTENSIONS", "load_records"]
 
 SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv")
+SAVED_DATASET_STATE = "state.json"  # what marks a directory written by datasets' save_to_disk
 
 
 def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -28,7 +31,7 @@ def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not file.exists():
         raise DataFileError(f"{file}: no such file; check data paths in the recipe (relative to {os.getcwd()})")
     if file.is_dir():
-        raise DataFileError(f"{file}: is a directory; give the path of a data file")
+        return _nonempty(file, _read_saved_dataset(file))
     suffix = file.suffix.lower()
     if suffix not in SUPPORTED_EXTENSIONS:
         raise DataFileError(
@@ -47,6 +50,10 @@ def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             records = _read_json_array(file, text)
         else:
             records = _read_json_lines(file, text)
+    return _nonempty(file, records)
+
+
+def _nonempty(file: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not records:
         raise DataFileError(f"{file}: the file holds no records; it must hold at least one")
     return records
@@ -126,3 +133,49 @@ def _read_parquet(file: Path) -> list[dict[str, Any]]:
         return parquet.read_table(file).to_pylist()
     except Exception as error:  # pyarrow raises ArrowInvalid/OSError subclasses for bad files
         raise DataFileError(f"{file}: not a readable parquet file ({error})") from error
+
+
+def _read_saved_dataset(directory: Path) -> list[dict[str, Any]]:
+    """Rows of a ``Dataset.save_to_disk`` directory: the Arrow IPC stream files listed in state.json."""
+    splits = directory / "dataset_dict.json"
+    if splits.is_file():
+        names = json.loads(splits.read_text(encoding="utf-8")).get("splits", [])
+        raise DataFileError(
+            f"{directory}: a saved DatasetDict with splits {names}; give one split's directory, "
+            f"e.g. {directory / (names[0] if names else 'train')}"
+        )
+    state_file = directory / SAVED_DATASET_STATE
+    if not state_file.is_file():
+        raise DataFileError(
+            f"{directory}: is a directory without {SAVED_DATASET_STATE}; give the path of a data file "
+            f"({', '.join(SUPPORTED_EXTENSIONS)}) or a directory written by datasets' save_to_disk"
+        )
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        shards = [entry["filename"] for entry in state["_data_files"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise DataFileError(f"{state_file}: not a datasets state file (no _data_files list: {error})") from error
+    if state.get("_indices_data_files"):
+        raise DataFileError(
+            f"{directory}: saved with an indices mapping (an old datasets version); re-save it with a "
+            "current `datasets` (save_to_disk writes the selected rows) or as .parquet"
+        )
+    records: list[dict[str, Any]] = []
+    for name in shards:
+        records.extend(_read_arrow_shard(directory / name))
+    return records
+
+
+def _read_arrow_shard(shard: Path) -> list[dict[str, Any]]:
+    """One ``data-*.arrow`` file: an Arrow IPC stream (what datasets writes), or the IPC file format."""
+    import pyarrow as pa
+
+    if not shard.is_file():
+        raise DataFileError(f"{shard}: listed in {SAVED_DATASET_STATE} but missing")
+    for open_reader in (pa.ipc.open_stream, pa.ipc.open_file):
+        try:
+            with pa.memory_map(str(shard), "r") as source:
+                return open_reader(source).read_all().to_pylist()
+        except pa.ArrowInvalid:
+            continue
+    raise DataFileError(f"{shard}: not a readable Arrow IPC file")

@@ -10,7 +10,7 @@ from rlhfctl.recipe.pools import PoolInfo, pool_of
 from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.single_controller.rows import RowLayout
 
-__all__ = ["BatchTable", "ShardRow", "UpdateRow", "derive_batch_table"]
+__all__ = ["BatchTable", "EpochRow", "ShardRow", "UpdateRow", "derive_batch_table"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,19 @@ class UpdateRow:
 
 
 @dataclass(frozen=True)
+class EpochRow:
+    """How the training prompts fill steps: whole batches only, so a partial last batch is left out."""
+
+    prompts: int
+    """Records in data.train_files (before overlong prompts are skipped), or data.num_train for a task."""
+    steps_per_epoch: int
+    dropped_per_epoch: int
+    """The last ``prompts % batch_size`` prompts of each epoch's order, not trained on in that epoch."""
+    shuffled: bool
+    """data.shuffle: each epoch leaves out different prompts; without it, always the same last ones."""
+
+
+@dataclass(frozen=True)
 class BatchTable:
     """The derived numbers of one training step."""
 
@@ -55,6 +68,7 @@ class BatchTable:
     samples_per_step: int
     shards: tuple[ShardRow, ...]
     updates: tuple[UpdateRow, ...]
+    epoch: EpochRow | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view."""
@@ -64,6 +78,7 @@ class BatchTable:
             "samples_per_step": self.samples_per_step,
             "shards": [asdict(row) for row in self.shards],
             "updates": [asdict(row) for row in self.updates],
+            "epoch": asdict(self.epoch) if self.epoch is not None else None,
         }
 
 
@@ -88,7 +103,22 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
             row, found = _update_row(cfg, role, pool, prompts, samples)
             updates.append(row)
             issues.extend(found)
-    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates)), issues
+    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates), _epoch_row(cfg, prompts)), issues
+
+
+def _epoch_row(cfg: Any, prompts_per_step: int) -> EpochRow | None:
+    """Steps per epoch and the prompts the partial last batch leaves out; None when the data cannot be read
+    (check_data reports why) or there is less than one batch of it."""
+    from rlhfctl.trainer.prompt_source import source_records
+
+    try:
+        records = source_records(cfg, "train")
+    except ValueError:  # DataFileError, UnknownTaskError: reported by check_data
+        return None
+    if not records or len(records) < prompts_per_step:
+        return None
+    steps, dropped = divmod(len(records), prompts_per_step)
+    return EpochRow(len(records), steps, dropped, bool(cfg.data.shuffle))
 
 
 def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:

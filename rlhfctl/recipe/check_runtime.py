@@ -192,7 +192,7 @@ _CREATE_HINT = "create it (one JSON object per line with a prompt field) or poin
 
 def check_data(cfg: Any) -> list[Issue]:
     """Errors for missing or unsupported data files; warnings for settings that are ignored."""
-    from rlhfctl.data.records import SUPPORTED_EXTENSIONS
+    from rlhfctl.data.records import SAVED_DATASET_STATE, SUPPORTED_EXTENSIONS
 
     data = cfg.data
     issues = []
@@ -203,7 +203,11 @@ def check_data(cfg: Any) -> list[Issue]:
             if not file.exists():
                 issues.append(error(path_key, f"{path_key}: data file not found: {name} (relative to {os.getcwd()}); {_CREATE_HINT}"))
             elif file.is_dir():
-                issues.append(error(path_key, f"{path_key}: {name} is a directory; give a data file"))
+                if not (file / SAVED_DATASET_STATE).is_file():  # else a datasets save_to_disk directory
+                    issues.append(error(path_key, (
+                        f"{path_key}: {name} is a directory without {SAVED_DATASET_STATE}; give a data file "
+                        "or a directory written by datasets' save_to_disk"
+                    )))
             elif file.suffix.lower() not in SUPPORTED_EXTENSIONS:
                 issues.append(error(path_key, (
                     f"{path_key}: unsupported file type {file.suffix or '(none)'!r} for {name}; "

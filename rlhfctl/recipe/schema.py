@@ -147,7 +147,7 @@ class RolesConfig:
 class DataConfig:
     """Prompts: files, or a bundled task generated at run time."""
 
-    train_files: Optional[List[str]] = _field(None, "prompt files (.jsonl, .json, .parquet, .csv), relative to the working directory")
+    train_files: Optional[List[str]] = _field(None, "prompt files (.jsonl, .json, .parquet, .csv, or a datasets save_to_disk directory), relative to the working directory")
     val_files: Optional[List[str]] = _field(None, "validation prompt files (null: none, or the task's validation split)")
     task: Optional[str] = _field(None, "bundled task used when train_files is null", choices="tasks")
     num_train: int = _field(512, "training prompts generated for a task", min=1)

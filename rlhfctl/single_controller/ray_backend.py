@@ -10,7 +10,7 @@ from rlhfctl.errors import UserError
 from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
 from rlhfctl.single_controller.host import ClassWithInitArgs, direct_method_name, host_class_for, torch_threads_for
 from rlhfctl.single_controller.resource_pool import RayResourcePool
-from rlhfctl.single_controller.worker import RankInfo
+from rlhfctl.single_controller.worker import GROUP_ENV_VARS, RankInfo
 from rlhfctl.single_controller.worker_group import WorkerGroup, payload_bytes
 
 BUILD_TIMEOUT_S = 600.0
@@ -29,7 +29,16 @@ class RayClassWithInitArgs(ClassWithInitArgs):
 
     def with_options(self, env_vars: dict[str, str] | None = None, num_cpus: float | None = None,
                      num_gpus: float | None = None, num_threads: int | None = None) -> "RayClassWithInitArgs":
-        """Set environment variables, CPU/GPU requests and torch threads for this role's processes; returns self."""
+        """Set environment variables, CPU/GPU requests and torch threads for this role's processes; returns self.
+
+        Raises ValueError for a variable the group sets in every worker itself (``GROUP_ENV_VARS``).
+        """
+        reserved = sorted(set(env_vars or {}) & set(GROUP_ENV_VARS))
+        if reserved:
+            raise ValueError(
+                f"env_vars sets {', '.join(reserved)}, which the worker group sets itself in every worker "
+                f"(reserved: {', '.join(GROUP_ENV_VARS)}); remove it from env_vars"
+            )
         self.env_vars.update(env_vars or {})
         self.num_threads = num_threads if num_threads is not None else self.num_threads
         self.num_cpus = num_cpus if num_cpus is not None else self.num_cpus

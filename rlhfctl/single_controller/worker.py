@@ -45,6 +45,11 @@ class RankInfo:
         )
 
 
+# The variables a group sets in each worker process itself (read from RankInfo.env, their one home):
+# a role's env_vars may not name them, or the group would silently replace the user's value.
+GROUP_ENV_VARS: tuple[str, ...] = tuple(RankInfo().env())
+
+
 # Set by a group while it constructs a worker, so workers built in one process (the local backend)
 # each see their own rank without touching os.environ.
 _constructing_rank: RankInfo | None = None

@@ -28,7 +28,10 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
     """Reward, length, advantage, value and KL statistics of one step's batch."""
     mask = batch.batch["response_mask"].float()
     metrics = _stats("reward", batch.batch["token_level_scores"].sum(-1))
-    metrics.update(_stats("response_length", mask.sum(-1)))
+    lengths = mask.sum(-1)
+    metrics.update(_stats("response_length", lengths))
+    # Responses are padded to exactly max_new_tokens columns: a full row ran out of budget.
+    metrics["response_length/clip_ratio"] = (lengths >= mask.shape[-1]).float().mean().item()
     metrics["prompt_length/mean"] = batch.batch["attention_mask"].sum(-1).float().mean().item() - metrics["response_length/mean"]
     if "token_level_rewards" in batch.batch:
         metrics["reward/with_kl_mean"] = batch.batch["token_level_rewards"].sum(-1).mean().item()
@@ -43,6 +46,17 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics["reward/errors"] = float(np.sum(batch.non_tensor_batch["reward_error"].astype(float)))
     if "entropys" in batch.batch:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
+    return metrics
+
+
+def validation_metrics(scores: np.ndarray, sources: np.ndarray | None) -> dict[str, float]:
+    """``val/reward/mean`` and ``val/samples``, plus ``val/<source>/reward/mean`` per ``data_source`` value."""
+    metrics = {"val/reward/mean": float(scores.mean()), "val/samples": float(len(scores))}
+    if sources is not None:
+        for source in sorted({str(value) for value in sources}):
+            chosen = np.array([str(value) == source for value in sources])
+            metrics[f"val/{source}/reward/mean"] = float(scores[chosen].mean())
+            metrics[f"val/{source}/samples"] = float(chosen.sum())
     return metrics
 
 

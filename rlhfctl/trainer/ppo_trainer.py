@@ -24,7 +24,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
-from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
+from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks, validation_metrics
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
@@ -264,16 +264,21 @@ class PPOTrainer(TrainerRuntime):
         return scores.repeat_interleave(self.cfg.rollout.n)
 
     def validate(self) -> dict[str, float]:
-        """Greedy responses to the held-out prompts, scored by the reward role."""
+        """Greedy responses to the held-out prompts, scored by the reward role; per ``data_source`` too.
+
+        ``meta_info["validate"]`` makes the actor draw from its own validation stream, so turning
+        validation on leaves the training rollouts' random numbers as they were.
+        """
         rows = list(self.val_data)
-        scores = []
+        scores, sources = [], []
         for start in range(0, len(rows), self.cfg.trainer.batch_size):
             prompts = to_dataproto(rows[start:start + self.cfg.trainer.batch_size], self.tokenizer)
-            prompts.meta_info.update(do_sample=False, n=1)
-            scored = self.reward.compute_rewards(self.actor.generate_sequences(prompts))
-            scores.append(scored.batch["token_level_scores"].sum(-1))
-        values = np.concatenate([s.numpy() for s in scores])
-        return {"val/reward/mean": float(values.mean()), "val/samples": float(len(values))}
+            prompts.meta_info.update(do_sample=False, n=1, validate=True)
+            responses = self.actor.generate_sequences(prompts)
+            scores.append(self.reward.compute_rewards(responses).batch["token_level_scores"].sum(-1).numpy())
+            sources.append(responses.non_tensor_batch.get("data_source"))
+        known = None if any(column is None for column in sources) else np.concatenate(sources)
+        return validation_metrics(np.concatenate(scores), known)
 
     def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
         bad = first_non_finite(metrics, ("reward/mean", "actor/pg_loss", "critic/vf_loss", "actor/grad_norm"))

@@ -26,6 +26,12 @@ def _records(cfg: DictConfig, split: str) -> tuple[list[dict[str, Any]], str] | 
     return None
 
 
+def source_records(cfg: DictConfig, split: str) -> list[dict[str, Any]] | None:
+    """The raw records of ``split`` (train or val) before tokenizing, or None when the recipe has none."""
+    found = _records(cfg, split)
+    return None if found is None else found[0]
+
+
 def build_dataset(cfg: DictConfig, tokenizer: Any, split: str) -> PromptDataset | None:
     """The prompts of ``split`` (train or val), or None when the recipe has none for it."""
     found = _records(cfg, split)

@@ -33,6 +33,7 @@ def test_validate_table_for_two_ranks(runner, recipe_file):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "16 prompts (trainer.batch_size) x n=4 (rollout.n) = 64 samples" in out
+    assert "per epoch: 512 training prompts = 32 steps of 16" in out
     assert "actor.generate_sequences" in out and "reward.compute_rewards" in out
     assert "recipe is valid" in out
 
@@ -121,3 +122,14 @@ def test_recipes_list_show_copy(runner, tmp_path):
 def test_a_bundled_name_works_as_recipe(runner):
     data = _json(runner.invoke(app, ["validate", "quickstart", "--format", "json"]))
     assert data["recipe"].endswith("quickstart.yaml")
+
+
+def test_validate_names_the_partial_batch_each_epoch_leaves_out(runner, recipe_file):
+    result = runner.invoke(app, ["validate", str(recipe_file), "data.num_train=50", "trainer.batch_size=8",
+                                 "trainer.mini_batch_size=8"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    assert ("per epoch: 50 training prompts = 6 steps of 8; the last 2 prompts of each epoch (a partial batch) "
+            "are left out") in " ".join(result.stdout.split())
+    data = _json(runner.invoke(app, ["validate", str(recipe_file), "data.num_train=50", "trainer.batch_size=8",
+                                     "trainer.mini_batch_size=8", "--format", "json"]))
+    assert data["batch"]["epoch"] == {"prompts": 50, "steps_per_epoch": 6, "dropped_per_epoch": 2, "shuffled": True}

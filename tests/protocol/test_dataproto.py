@@ -232,6 +232,72 @@ def test_union_conflicts_raise(other, match):
         make(3, meta={"a": 1}).union(other)
 
 
+def _object_column(*rows) -> np.ndarray:
+    column = np.empty(len(rows), dtype=object)
+    for i, row in enumerate(rows):
+        column[i] = row
+    return column
+
+
+def test_union_accepts_equal_object_columns_whose_rows_are_numpy_arrays():
+    left = DataProto(non_tensor_batch={"a": _object_column(np.array([1, 2]), np.array([3.0, np.nan]))})
+    right = DataProto(non_tensor_batch={"a": _object_column(np.array([1, 2]), np.array([3.0, np.nan])),
+                                        "b": np.array([1, 2])})
+    out = left.union(right)
+    assert set(out.non_tensor_batch) == {"a", "b"} and out.equals(out.select())
+
+
+def test_union_counts_nan_in_the_same_place_as_equal():
+    def columns():
+        return {"b": np.array([1.0, np.nan, 3.0]),
+                "c": _object_column({"x": float("nan")}, [1.0, float("nan")], np.array([np.nan, 2.0]))}
+
+    out = DataProto(non_tensor_batch=columns()).union(DataProto(non_tensor_batch=columns()))
+    assert len(out) == 3 and np.isnan(out.non_tensor_batch["b"][1])
+
+
+@pytest.mark.parametrize(
+    "left,right",
+    [
+        (np.array([1.0, np.nan, 3.0]), np.array([1.0, 2.0, 3.0])),  # NaN against a number
+        (np.array([1.0, np.nan, 3.0]), np.array([np.nan, 2.0, 3.0])),  # NaN in another place
+        (_object_column(np.array([1, 2]), np.array([3, 4])), _object_column(np.array([1, 2]), np.array([3, 5]))),
+        (_object_column(np.array([1, 2]), np.array([3, 4])), _object_column(np.array([1, 2]), np.array([3, 4, 5]))),
+        (_object_column([1.0, np.nan], "x"), _object_column([np.nan, 1.0], "x")),
+        (_object_column({"k": 1}, "x"), _object_column({"k": 2}, "x")),
+    ],
+)
+def test_union_still_rejects_different_values(left, right):
+    with pytest.raises(ValueError, match="non-tensor 'b' differs"):
+        DataProto(non_tensor_batch={"b": left}).union(DataProto(non_tensor_batch={"b": right}))
+
+
+def test_union_of_a_self_referencing_object_column_is_a_clear_value_error():
+    first, second = [1], [1]
+    first.append(first)
+    second.append(second)
+    left = DataProto(non_tensor_batch={"loop": _object_column(first, "x")})
+    right = DataProto(non_tensor_batch={"loop": _object_column(second, "x")})
+    with pytest.raises(ValueError, match="non-tensor 'loop' holds a value that contains itself"):
+        left.union(right)
+    # The very same object is equal to itself without walking into it.
+    assert len(left.union(DataProto(non_tensor_batch={"loop": left.non_tensor_batch["loop"]}))) == 2
+
+
+def test_indexing_by_a_tensor_raises_no_numpy_deprecation_warning():
+    import warnings
+
+    dp = make(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        picked = dp[torch.tensor([4, 0])]
+        masked = dp[torch.tensor([True, False, True, False, False])]
+        from_numpy = dp[np.array([1, 2])]
+    assert picked.non_tensor_batch["tag"].tolist() == ["row4", "row0"]
+    assert masked.batch["x"].tolist() == [0.0, 2.0]
+    assert from_numpy.batch["x"].tolist() == [1.0, 2.0]
+
+
 # ---------------------------------------------------------------------------------- rows
 @pytest.mark.parametrize("rows,chunks", [(10, 3), (9, 3), (2, 5), (0, 3), (7, 1), (7, 7), (1, 2)])
 def test_chunk_gives_exactly_k_ordered_pieces_differing_by_at_most_one(rows, chunks):

@@ -199,3 +199,17 @@ def test_only_a_reward_function_runs_in_the_driver(tmp_path):
     assert "a reward model needs a pool" in _errors(validate_recipe(load_recipe(write_recipe(tmp_path, data))))["roles.reward.pool"]
     data = recipe_data(resource_pools={"main": {"process_on_nodes": [1]}, "driver": {"process_on_nodes": [1]}})
     assert "is reserved" in _errors(validate_recipe(load_recipe(write_recipe(tmp_path, data))))["resource_pools.driver"]
+
+
+def test_the_batch_table_says_how_many_prompts_each_epoch_leaves_out(recipe_file, tmp_path):
+    epoch = _report(recipe_file, "data.num_train=50", "trainer.batch_size=8", "trainer.mini_batch_size=8").batch.epoch
+    assert (epoch.prompts, epoch.steps_per_epoch, epoch.dropped_per_epoch, epoch.shuffled) == (50, 6, 2, True)
+    exact = _report(recipe_file, "data.num_train=48", "trainer.batch_size=8", "trainer.mini_batch_size=8").batch.epoch
+    assert exact.dropped_per_epoch == 0
+    data = tmp_path / "prompts.jsonl"
+    data.write_text("".join(f'{{"prompt": "p{i}"}}\n' for i in range(10)))
+    files = _report(recipe_file, f"data.train_files=[{data}]", "data.shuffle=false", "trainer.batch_size=4",
+                    "trainer.mini_batch_size=4").batch.epoch
+    assert (files.prompts, files.steps_per_epoch, files.dropped_per_epoch, files.shuffled) == (10, 2, 2, False)
+    missing = _report(recipe_file, f"data.train_files=[{tmp_path / 'none.jsonl'}]")
+    assert missing.batch.epoch is None and "data.train_files[0]" in _errors(missing)

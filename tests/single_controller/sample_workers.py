@@ -124,7 +124,9 @@ class EchoWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def environment(self):
-        keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"]
+        from rlhfctl.single_controller.worker import GROUP_ENV_VARS
+
+        keys = [*GROUP_ENV_VARS, "RLHFCTL_TEST_FLAG"]
         return {key: os.environ.get(key) for key in keys} | {"offset": self.offset, "rank": self.rank}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -127,6 +127,30 @@ def test_a_ray_remote_class_is_accepted(ray_session):
         pool.release()
 
 
+@pytest.mark.parametrize("name", ["WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"])
+def test_env_vars_may_not_set_a_variable_the_group_sets_itself(name):
+    spec = RayClassWithInitArgs(EchoWorker)
+    with pytest.raises(ValueError, match=f"env_vars sets {name}, which the worker group sets itself"):
+        spec.with_options(env_vars={name: "100", "OTHER": "1"})
+    assert spec.env_vars == {}  # nothing half-applied
+
+
+def test_every_reserved_variable_is_set_by_the_group_and_other_env_vars_reach_the_workers(ray_session):
+    from rlhfctl.single_controller.worker import GROUP_ENV_VARS
+
+    pool = RayResourcePool([1], name="env-vars")
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker).with_options(env_vars={"RLHFCTL_TEST_FLAG": "on"}),
+                           role="env")
+    try:
+        seen = group.environment()[0]
+    finally:
+        group.shutdown()
+        pool.release()
+    assert seen["RLHFCTL_TEST_FLAG"] == "on"
+    assert all(seen[name] is not None for name in GROUP_ENV_VARS), seen
+    assert seen["WORLD_SIZE"] == "1" and seen["RANK"] == "0"
+
+
 @pytest.mark.parametrize("backend", ["ray", "local"])
 def test_worker_exception_names_class_method_and_rank_with_traceback(echo_groups, backend):
     group = echo_groups(backend, 3)

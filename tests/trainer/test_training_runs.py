@@ -106,3 +106,22 @@ def test_a_reward_function_in_the_driver_scores_as_the_colocated_worker_does(ray
     assert {e["pid"] for e in reward_calls}.isdisjoint({e["pid"] for e in actor_calls})
     tracks = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert {tracks[e["pid"]] for e in reward_calls} == {"workers: reward (driver process)"}
+
+
+def test_turning_validation_on_changes_no_training_number(ray_session, tmp_path):
+    """Validation draws from its own stream; its metrics come per data_source as well."""
+    from rlhfctl.tasks.digits import make_prompts
+
+    val_file = tmp_path / "val.jsonl"
+    records = [{**record, "data_source": "short" if i % 2 else "long"} for i, record in enumerate(make_prompts(6, 5))]
+    val_file.write_text("".join(json.dumps(record) + "\n" for record in records))
+    validated = train("quickstart.yaml", tmp_path / "validated", "trainer.val_every=1", f"data.val_files=[{val_file}]",
+                      *SHORT_RUN)
+    plain = train("quickstart.yaml", tmp_path / "plain", "trainer.val_every=0", *SHORT_RUN)
+    for key in ("reward/mean", "actor/pg_loss", "actor/kl_loss", "response_length/mean"):
+        assert [r[key] for r in validated] == [r[key] for r in plain], key
+    last = validated[-1]
+    assert last["val/samples"] == 6 and last["val/short/samples"] == 3 and last["val/long/samples"] == 3
+    halves = (last["val/short/reward/mean"] + last["val/long/reward/mean"]) / 2
+    assert last["val/reward/mean"] == pytest.approx(halves)
+    assert "val/reward/mean" not in plain[-1]

@@ -181,3 +181,42 @@ def test_place_scores_handles_empty_and_full_rows():
     mask = torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]])
     placed = place_scores(torch.tensor([2.0, 3.0, 4.0]), mask)
     assert placed.tolist() == [[0.0, 2.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 4.0]]
+
+
+RM_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}=> {% endif %}"
+
+
+def test_a_reward_model_renders_chat_prompts_with_its_own_chat_template():
+    """The policy's rendering ("user: ...\\nassistant: ") is replaced by the reward tokenizer's template."""
+    from rlhfctl.models.loading import load_sequence_classifier
+
+    chats = [[{"role": "user", "content": f"digits {i}:"}] for i in range(len(RESPONSES))]
+    batch = scored_batch(prompt_messages=chats)
+    batch.non_tensor_batch["prompt_text"] = np.array([f"user: digits {i}:\nassistant: " for i in range(4)], dtype=object)
+    rm_model = {**TINY_MODEL, "chat_template": RM_TEMPLATE}
+    with local_group(RewardWorker, reward_recipe(model=rm_model), "reward") as group:
+        out = group.compute_rewards(batch)
+    classifier = load_sequence_classifier(TINY_MODEL, tokenizer(), seed=0).eval()
+
+    def score(text: str) -> float:
+        with torch.no_grad():
+            return float(classifier(input_ids=torch.tensor([tokenizer()(text)["input_ids"]])).logits[0, 0])
+
+    own = [score(f"<user> digits {i}: => " + response) for i, response in enumerate(RESPONSES)]
+    policy = [score(f"user: digits {i}:\nassistant: " + response) for i, response in enumerate(RESPONSES)]
+    np.testing.assert_allclose(out.non_tensor_batch["score"], own, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(own, policy)
+
+
+def test_chat_prompts_carry_their_messages_but_reward_functions_do_not_see_them():
+    from rlhfctl.data.prompts import PromptDataset, collate_prompts
+
+    dataset = PromptDataset([{"prompt": "digits 1:", "ground_truth": "1"}], tokenizer=tokenizer(),
+                            apply_chat_template=True)
+    columns = collate_prompts([dataset[0]], tokenizer()).columns
+    assert columns["prompt_messages"] == [[{"role": "user", "content": "digits 1:"}]]
+    reward_fns.CALLS.clear()
+    recipe = reward_recipe(function="tests.workers.reward_fns:length_score")
+    with local_group(RewardWorker, recipe, "reward") as group:
+        group.compute_rewards(scored_batch(prompt_messages=[[{"role": "user", "content": "x"}]] * 4))
+    assert "prompt_messages" not in reward_fns.CALLS[-1]["columns"] and "ground_truth" in reward_fns.CALLS[-1]["columns"]
