@@ -95,8 +95,22 @@ def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Option
     from rlhfctl.recipe.stages import check_ppo_family
 
     check_ppo_family(cfg, "inspect-dispatch")
+    _require_valid(cfg, batch_size)
     plan = build_dispatch_plan(cfg, batch_size=batch_size)
     return {"recipe": str(path), **plan}
+
+
+def _require_valid(cfg: Any, batch_size: Optional[int]) -> None:
+    """Validate's errors, printed on stderr with exit 2, instead of a plan that cannot run."""
+    from rlhfctl.cli.console import make_console
+    from rlhfctl.cli.errors import EXIT_USER
+    from rlhfctl.cli.render_validation import render_issues
+    from rlhfctl.recipe.validate import validate_recipe
+
+    report = validate_recipe(cfg, batch_size=batch_size)
+    if not report.ok:
+        render_issues(make_console(stderr=True), report)
+        raise typer.Exit(EXIT_USER)
 
 
 def filter_plan(plan: dict[str, Any], role: Optional[str], method: Optional[str]) -> dict[str, Any]:

@@ -67,6 +67,7 @@ def _dataflow_tree(plan: dict[str, Any]) -> Tree:
         head = Text(f"{entry['index']}. ")
         head.append(entry["call"], style="bold" if registered else "bold red")
         head.append(f"  {_mode_text(entry)}  ", style="cyan" if registered else "red")
+        head.append(f"[{entry['pool']}] ", style="magenta")
         head.append(entry["summary"] if entry["kind"] != "driver" else entry["purpose"])
         node = tree.add(head)
         update = entry.get("update")

@@ -40,7 +40,7 @@ def validate(
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.cli.recipe_args import load_for_command, resolve_recipe_path
+        from rlhfctl.cli.recipe_args import resolve_recipe_path
         from rlhfctl.cli.render_validation import render_report
         from rlhfctl.pipeline.load import is_pipeline_file
         from rlhfctl.recipe.validate import validate_recipe
@@ -49,7 +49,7 @@ def validate(
         if is_pipeline_file(path):
             _validate_pipeline(path, overrides, output_format, console, err)
             return
-        cfg, path = load_for_command(recipe, overrides)
+        cfg = _load_or_report(recipe, overrides, path, output_format, console)
         report = validate_recipe(cfg, batch_size=batch_size)
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
@@ -58,6 +58,22 @@ def validate(
             render_report(console, report, errors_console=err)
         if not report.ok:
             raise typer.Exit(EXIT_USER)
+
+
+def _load_or_report(recipe: str, overrides: Optional[List[str]], path: Path, output_format: OutputFormat,
+                    console: Any) -> Any:
+    """The loaded recipe; on a load error with --format json, the JSON report (one error) first, then the error."""
+    from rlhfctl.cli.recipe_args import load_for_command
+    from rlhfctl.recipe.errors import RecipeError
+    from rlhfctl.recipe.report import ValidationReport, error
+
+    try:
+        return load_for_command(recipe, overrides)[0]
+    except RecipeError as failure:
+        if output_format is OutputFormat.json:
+            report = ValidationReport(issues=[error(failure.key_path, str(failure))])
+            console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
+        raise
 
 
 def _validate_pipeline(path: Path, overrides: Optional[List[str]], output_format: OutputFormat, console: Any,
