@@ -45,7 +45,8 @@ def load_records(path: str | os.PathLike[str], limit: int | None = None) -> list
     if suffix == ".parquet":
         records = _read_parquet(file, limit)
     else:
-        text = _decode(file, _head(file, None if limit is None else limit + 1))
+        header = 1 if suffix == ".csv" else 0
+        text = _decode(file, _head(file, None if limit is None else limit + header))
         if suffix == ".json" and limit is not None and text.lstrip().startswith("["):
             text = _decode(file, _head(file, None))  # an array parses only whole
         if suffix == ".csv":

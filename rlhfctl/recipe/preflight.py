@@ -243,7 +243,7 @@ def _check_machine(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
     key = f"resource_pools.{largest}.process_on_nodes"
     shares = ", ".join(f"{name} {cpus:g}" for name, cpus in reserved.items())
     return [error(key, (
-        f"{key}: the pools reserve {total:g} CPUs ({shares}; num_cpus_per_process each process) but this machine "
+        f"{key}: the pools reserve {total:g} CPUs ({shares}: processes x num_cpus_per_process) but this machine "
         f"has {machine}, so the private Ray cannot place them; use fewer processes, a smaller "
         "resource_pools.<pool>.num_cpus_per_process, or join a cluster with ray.address"
     ))]
