@@ -36,13 +36,14 @@ def inspect_dispatch(
 
     Without starting anything: each role's worker class, pool, ranks and colocated roles; each
     registered method's dispatch mode, execute mode, blocking and materialize_futures; and the calls
-    of one training step in order, with per-rank rows (padding included) and tensor shapes.
+    of one training step in order, each with its pool, per-rank rows (padding included) and tensor
+    shapes. A recipe that `rlhfctl validate` rejects gets its errors instead (exit 2).
 
     Examples:
 
       rlhfctl inspect-dispatch recipes/quickstart.yaml
 
-      rlhfctl inspect-dispatch quickstart resource_pools.main.process_on_nodes=[3] --role reward
+      rlhfctl inspect-dispatch quickstart "resource_pools.score={process_on_nodes: [3]}" roles.reward.pool=score --role reward
 
       rlhfctl inspect-dispatch ppo-gae --method update_actor --batch-size 32 --format json
 

@@ -23,9 +23,12 @@ def validate(
 ) -> None:
     """Check a recipe without starting anything, and show its batch-size table.
 
-    Checks keys and types, worker classes and their registered methods, the reward function, data
-    files, pools, what the algorithm needs, and the batch-size arithmetic (per-rank shards with
-    padding, mini-batches, micro-batches and gradient accumulation). No weights are loaded.
+    Checks keys and types, worker classes and their registered methods, pools (against ray.num_cpus /
+    ray.num_gpus or this machine), what the algorithm needs, and the batch-size arithmetic (per-rank
+    shards with padding, mini-batches, micro-batches and gradient accumulation); then, with the run's
+    own code, the first records of each data file, the reward function's signature against the data's
+    columns, inline model config keys, and that model paths are local, cached or on a reachable hub.
+    No weights are loaded.
     A pipeline file (top-level `stages:`) gets every stage's recipe checked the way `rlhfctl pipeline`
     checks them before it runs; overrides are then `output_dir=DIR` or `STAGE.KEY=value`.
     Exits 2 when there is an error.
