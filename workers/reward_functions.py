@@ -192,6 +192,9 @@ def call_reward_function(
         try:
             result = function(prompts=list(prompts[start:stop]), responses=list(responses[start:stop]), **chunk_columns)
         except Exception as error:
+            problem = reward_call_problem(function, list(chunk_columns)) if isinstance(error, TypeError) else None
+            if problem:  # the call itself does not fit: no sample can be scored, whatever on_error says
+                raise RewardFunctionError(f"roles.reward.function: {problem}") from error
             if on_error == "zero":
                 scores.extend([0.0] * (stop - start))
                 errored.extend([True] * (stop - start))

@@ -45,14 +45,13 @@ def validate(
     with guarded(err):
         from rlhfctl.cli.recipe_args import resolve_recipe_path
         from rlhfctl.cli.render_validation import render_report
-        from rlhfctl.pipeline.load import is_pipeline_file
         from rlhfctl.recipe.validate import validate_recipe
 
-        path = resolve_recipe_path(recipe)
-        if is_pipeline_file(path):
-            _validate_pipeline(path, overrides, output_format, console, err)
+        loaded = _load_or_report(recipe, overrides, output_format, console)
+        if loaded is None:  # a pipeline file
+            _validate_pipeline(resolve_recipe_path(recipe), overrides, output_format, console, err)
             return
-        cfg = _load_or_report(recipe, overrides, path, output_format, console)
+        cfg, path = loaded
         report = validate_recipe(cfg, batch_size=batch_size)
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
@@ -63,19 +62,23 @@ def validate(
             raise typer.Exit(EXIT_USER)
 
 
-def _load_or_report(recipe: str, overrides: Optional[List[str]], path: Path, output_format: OutputFormat,
-                    console: Any) -> Any:
-    """The loaded recipe; on a load error with --format json, the JSON report (one error) first, then the error."""
-    from rlhfctl.cli.recipe_args import load_for_command
+def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: OutputFormat,
+                    console: Any) -> Optional[tuple[Any, Path]]:
+    """(recipe, path), or None for a pipeline file; on a load error with --format json, the JSON report
+    (that one error) on stdout first, then the error as usual (stderr, exit 2)."""
+    from rlhfctl.cli.recipe_args import load_for_command, resolve_recipe_path
+    from rlhfctl.pipeline.load import is_pipeline_file
     from rlhfctl.recipe.errors import RecipeError
     from rlhfctl.recipe.report import ValidationReport, error
 
     try:
-        return load_for_command(recipe, overrides)[0]
+        if is_pipeline_file(resolve_recipe_path(recipe)):
+            return None
+        return load_for_command(recipe, overrides)
     except RecipeError as failure:
         if output_format is OutputFormat.json:
             report = ValidationReport(issues=[error(failure.key_path, str(failure))])
-            console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
+            console.file.write(json.dumps({"recipe": recipe, **report.to_dict()}, indent=2) + "\n")
         raise
 
 

@@ -270,3 +270,11 @@ def test_inspect_dispatch_shows_each_calls_pool(runner, workdir):
     assert pools["actor.generate_sequences"] == "main" and pools["driver: compute_advantages"] == "driver"
     table = _invoke(runner, "inspect-dispatch", str(_recipe(workdir))).stdout
     assert "actor.generate_sequences  ALL_TO_ALL  [main]" in table
+
+
+def test_the_run_time_call_names_the_same_signature_problem(workdir):
+    from workers.reward_functions import RewardFunctionError, call_reward_function, load_reward_function
+
+    function = load_reward_function("rewards.py:needs_answer")
+    with pytest.raises(RewardFunctionError, match="it needs 'answer'.*data columns: ground_truth"):
+        call_reward_function(function, "needs_answer", ["p"], ["r"], {"ground_truth": ["1"]}, on_error="zero")
