@@ -165,7 +165,12 @@ def _unavailable(source: str) -> str | None:
     if os.path.exists(os.path.expanduser(source)) or source.startswith((".", "/", "~")):
         return None  # local (a missing local path is check_models' error)
     from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        return f"{source!r} is not a local path (relative to {os.getcwd()}) and not a hub id such as 'org/name'"
     cache = os.path.join(constants.HF_HUB_CACHE, "models--" + source.replace("/", "--"), "snapshots")
     if os.path.isdir(cache) and os.listdir(cache):
         return None

@@ -278,3 +278,8 @@ def test_the_run_time_call_names_the_same_signature_problem(workdir):
     function = load_reward_function("rewards.py:needs_answer")
     with pytest.raises(RewardFunctionError, match="it needs 'answer'.*data columns: ground_truth"):
         call_reward_function(function, "needs_answer", ["p"], ["r"], {"ground_truth": ["1"]}, on_error="zero")
+
+
+def test_a_missing_relative_model_path_that_is_no_hub_id(runner, workdir):
+    stderr = _fails(runner, "validate", _recipe(workdir), "roles.actor.model.path=runs/sft/model")
+    assert "roles.actor.model.path: 'runs/sft/model' is not a local path" in stderr and "not a hub id" in stderr
