@@ -297,10 +297,12 @@ def build_config(model_cfg: Mapping[str, Any], tokenizer: Any) -> PretrainedConf
 def inline_config_class(model_cfg: Mapping[str, Any]) -> type[PretrainedConfig]:
     """The transformers config class of an inline ``model.config``, from its model_type."""
     fields = model_cfg.get("config") or {}
+    if not isinstance(fields, Mapping):
+        raise ModelConfigError(f"model.config must be a mapping of config fields, got {type(fields).__name__}")
     model_type = fields.get("model_type") or model_cfg.get("model_type")
     if not model_type:
         raise ModelConfigError(f"model.config needs a model_type, e.g. one of {', '.join(_EXAMPLE_MODEL_TYPES)}.")
-    if model_type not in CONFIG_MAPPING:
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise ModelConfigError(
             f"unknown model_type {model_type!r} in model.config; known types include "
             f"{', '.join(_EXAMPLE_MODEL_TYPES)} (see transformers' CONFIG_MAPPING for all)."
@@ -331,7 +333,8 @@ def unknown_config_keys(model_cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _known_config_keys(config_class: type[PretrainedConfig]) -> set[str]:
     known = {name for cls in config_class.__mro__ if "__init__" in vars(cls)
              for name in inspect.signature(cls.__init__).parameters}
-    known |= {name for name in vars(config_class()) if not name.startswith("_")}
+    with contextlib.suppress(Exception):  # composite configs (encoder-decoder) need arguments to build
+        known |= {name for name in vars(config_class()) if not name.startswith("_")}
     known |= set(getattr(config_class, "attribute_map", {}) or {})
     return known | _modeling_reads(config_class.model_type)
 

@@ -115,8 +115,8 @@ def _check_reward(cfg: Any, columns: dict[str, list[str]]) -> list[Issue]:
     key = "roles.reward.function"
     try:
         function = load_reward_function(str(reward.function))
-    except RewardFunctionError as failure:
-        text = str(failure)
+    except (RewardFunctionError, SystemExit) as failure:  # user code may call sys.exit() when imported
+        text = str(failure) if isinstance(failure, RewardFunctionError) else f"importing it called sys.exit({failure})"
         return [error(key, text if text.startswith(key) else f"{key}: {text}")]
     for source, names in columns.items():
         problem = reward_call_problem(function, names)
