@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import sys
@@ -23,7 +24,13 @@ from typing import Any
 from rlhfctl.errors import UserError
 from rlhfctl.recipe.errors import RecipeError
 
-__all__ = ["ON_ERROR_POLICIES", "RewardFunctionError", "call_reward_function", "load_reward_function"]
+__all__ = [
+    "ON_ERROR_POLICIES",
+    "RewardFunctionError",
+    "call_reward_function",
+    "load_reward_function",
+    "reward_call_problem",
+]
 
 ON_ERROR_POLICIES = ("raise", "zero")
 
@@ -79,8 +86,11 @@ def _import_module(module_name: str, spec_text: str) -> ModuleType:
 def load_reward_function(spec: str) -> Callable[..., Any]:
     """Resolve ``"package.module:function"`` or ``"path/to/file.py:function"`` (relative to the cwd)."""
     if not isinstance(spec, str) or ":" not in spec:
+        module, _, name = str(spec).rpartition(".")
+        hint = f"; did you mean '{module}:{name}'?" if module and name.isidentifier() and not _looks_like_file(spec) else ""
         raise RewardFunctionError(
-            f"roles.reward.function must be 'package.module:function' or 'path/to/file.py:function', got {spec!r}"
+            f"roles.reward.function: {spec!r} must be 'package.module:function' or 'path/to/file.py:function' "
+            f"(a colon before the function name){hint}"
         )
     target, _, attribute = spec.rpartition(":")
     target, attribute = target.strip(), attribute.strip()
@@ -96,6 +106,41 @@ def load_reward_function(spec: str) -> Callable[..., Any]:
     if not callable(function):
         raise RewardFunctionError(f"{spec!r} is a {type(function).__name__}, not a callable reward function")
     return function
+
+
+def reward_call_problem(function: Callable[..., Any], columns: Sequence[str]) -> str | None:
+    """Why ``function`` cannot take the call :func:`call_reward_function` makes with these data columns, or None.
+
+    The call is ``function(prompts=[...], responses=[...], **columns)``: every required parameter must be
+    one of those names, and without ``**kwargs`` every name passed must be a parameter.
+    """
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None  # a builtin or extension callable: nothing to read
+    params = list(signature.parameters.values())
+    passed = ["prompts", "responses", *columns]
+    takes_any = any(param.kind is param.VAR_KEYWORD for param in params)
+    by_keyword = {param.name for param in params if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}
+    missing = [
+        param.name for param in params
+        if param.default is param.empty and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+        and (param.kind is param.POSITIONAL_ONLY or param.name not in passed)
+    ]
+    unexpected = [] if takes_any else [name for name in passed if name not in by_keyword]
+    if not missing and not unexpected:
+        return None
+    problems = []
+    if missing:
+        problems.append(f"it needs {', '.join(map(repr, missing))}, which the reward worker does not pass")
+    if unexpected:
+        problems.append(f"it does not take {', '.join(map(repr, unexpected))}")
+    return (
+        f"{getattr(function, '__name__', type(function).__name__)}{signature} is called as "
+        f"fn(prompts=[...], responses=[...], **columns) and {' and '.join(problems)} (data columns: "
+        f"{', '.join(columns) or 'none'}); take prompts and responses, the columns you need by name, "
+        "and the rest with **columns"
+    )
 
 
 def _as_scores(result: Any, name: str, start: int, count: int) -> list[float]:
@@ -150,6 +195,9 @@ def call_reward_function(
         try:
             result = function(prompts=list(prompts[start:stop]), responses=list(responses[start:stop]), **chunk_columns)
         except Exception as error:
+            problem = reward_call_problem(function, list(chunk_columns)) if isinstance(error, TypeError) else None
+            if problem:  # the call itself does not fit: no sample can be scored, whatever on_error says
+                raise RewardFunctionError(f"roles.reward.function: {problem}") from error
             if on_error == "zero":
                 scores.extend([0.0] * (stop - start))
                 errored.extend([True] * (stop - start))

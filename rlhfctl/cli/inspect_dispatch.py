@@ -41,13 +41,14 @@ def inspect_dispatch(
 
     Without starting anything: each role's worker class, pool, ranks and colocated roles; each
     registered method's dispatch mode, execute mode, blocking and materialize_futures; and the calls
-    of one training step in order, with per-rank rows (padding included) and tensor shapes.
+    of one training step in order, each with its pool, per-rank rows (padding included) and tensor
+    shapes. A recipe that `rlhfctl validate` rejects gets its errors instead (exit 2).
 
     Examples:
 
       rlhfctl inspect-dispatch recipes/quickstart.yaml
 
-      rlhfctl inspect-dispatch quickstart resource_pools.main.process_on_nodes=[3] --role reward
+      rlhfctl inspect-dispatch quickstart "resource_pools.score={process_on_nodes: [3]}" roles.reward.pool=score --role reward
 
       rlhfctl inspect-dispatch ppo-gae --method update_actor --batch-size 32 --format json
 
@@ -95,8 +96,22 @@ def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Option
     from rlhfctl.recipe.stages import check_ppo_family
 
     check_ppo_family(cfg, "inspect-dispatch")
+    _require_valid(cfg, batch_size)
     plan = build_dispatch_plan(cfg, batch_size=batch_size)
     return {"recipe": str(path), **plan}
+
+
+def _require_valid(cfg: Any, batch_size: Optional[int]) -> None:
+    """Validate's errors, printed on stderr with exit 2, instead of a plan that cannot run."""
+    from rlhfctl.cli.console import make_console
+    from rlhfctl.cli.errors import EXIT_USER
+    from rlhfctl.cli.validate import render_issues
+    from rlhfctl.recipe.validate import validate_recipe
+
+    report = validate_recipe(cfg, batch_size=batch_size)
+    if not report.ok:
+        render_issues(make_console(stderr=True), report)
+        raise typer.Exit(EXIT_USER)
 
 
 def filter_plan(plan: dict[str, Any], role: Optional[str], method: Optional[str]) -> dict[str, Any]:
@@ -177,6 +192,7 @@ def _dataflow_tree(plan: dict[str, Any]) -> Tree:
         head = Text(f"{entry['index']}. ")
         head.append(entry["call"], style="bold" if registered else "bold red")
         head.append(f"  {_mode_text(entry)}  ", style="cyan" if registered else "red")
+        head.append(f"[{entry['pool']}] ", style="magenta")
         head.append(entry["summary"] if entry["kind"] != "driver" else entry["purpose"])
         node = tree.add(head)
         update = entry.get("update")

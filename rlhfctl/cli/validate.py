@@ -32,9 +32,12 @@ def validate(
 ) -> None:
     """Check a recipe without starting anything, and show its batch-size table.
 
-    Checks keys and types, worker classes and their registered methods, the reward function, data
-    files, pools, what the algorithm needs, and the batch-size arithmetic (per-rank shards with
-    padding, mini-batches, micro-batches and gradient accumulation). No weights are loaded.
+    Checks keys and types, worker classes and their registered methods, pools (against ray.num_cpus /
+    ray.num_gpus or this machine), what the algorithm needs, and the batch-size arithmetic (per-rank
+    shards with padding, mini-batches, micro-batches and gradient accumulation); then, with the run's
+    own code, the first records of each data file, the reward function's signature against the data's
+    columns, inline model config keys, and that model paths are local, cached or on a reachable hub.
+    No weights are loaded.
     A pipeline file (top-level `stages:`) gets every stage's recipe checked the way `rlhfctl pipeline`
     checks them before it runs; overrides are then `output_dir=DIR` or `STAGE.KEY=value`.
     Exits 2 when there is an error.
@@ -49,14 +52,13 @@ def validate(
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.pipeline.load import is_pipeline_file
         from rlhfctl.recipe.validate import validate_recipe
 
-        path = resolve_recipe_path(recipe)
-        if is_pipeline_file(path):
-            _validate_pipeline(path, overrides, output_format, console, err)
+        loaded = _load_or_report(recipe, overrides, output_format, console)
+        if loaded is None:  # a pipeline file
+            _validate_pipeline(resolve_recipe_path(recipe), overrides, output_format, console, err)
             return
-        cfg, path = load_for_command(recipe, overrides)
+        cfg, path = loaded
         report = validate_recipe(cfg, batch_size=batch_size)
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
@@ -65,6 +67,25 @@ def validate(
             render_report(console, report, errors_console=err)
         if not report.ok:
             raise typer.Exit(EXIT_USER)
+
+
+def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: OutputFormat,
+                    console: Any) -> Optional[tuple[Any, Path]]:
+    """(recipe, path), or None for a pipeline file; on a load error with --format json, the JSON report
+    (that one error) on stdout first, then the error as usual (stderr, exit 2)."""
+    from rlhfctl.pipeline.load import is_pipeline_file
+    from rlhfctl.recipe.errors import RecipeError, error
+    from rlhfctl.recipe.validate import ValidationReport
+
+    try:
+        if is_pipeline_file(resolve_recipe_path(recipe)):
+            return None
+        return load_for_command(recipe, overrides)
+    except RecipeError as failure:
+        if output_format is OutputFormat.json:
+            report = ValidationReport(issues=[error(failure.key_path, str(failure))])
+            console.file.write(json.dumps({"recipe": recipe, **report.to_dict()}, indent=2) + "\n")
+        raise
 
 
 def _validate_pipeline(path: Path, overrides: Optional[List[str]], output_format: OutputFormat, console: Any,

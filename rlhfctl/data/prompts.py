@@ -40,6 +40,7 @@ __all__ = [
     "PromptRow",
     "collate_prompts",
     "load_records",
+    "prompt_of",
 ]
 
 OVERLONG_POLICIES = ("error", "truncate", "skip")
@@ -123,15 +124,7 @@ class PromptDataset(Sequence[PromptRow]):
     def _render(self, record: Mapping[str, Any], number: int, tokenizer: Any,
                 chat: bool) -> tuple[str, list[dict[str, Any]] | None]:
         """The prompt text the policy sees, and the chat messages it was rendered from (None without a chat)."""
-        if not isinstance(record, Mapping):
-            raise DataFileError(f"{self.source}: record {number}: expected a mapping, got {type(record).__name__}")
-        if self.prompt_key not in record:
-            columns = ", ".join(map(str, record)) or "none"
-            raise DataFileError(
-                f"{self.source}: record {number} has no {self.prompt_key!r} column (it has: {columns}); "
-                "set data.prompt_key to the column holding the prompt"
-            )
-        prompt = record[self.prompt_key]
+        prompt = prompt_of(record, self.prompt_key, self.source, number)
         messages = None
         if chat:
             messages = _as_messages(prompt, self.source, number)
@@ -176,6 +169,19 @@ class PromptDataset(Sequence[PromptRow]):
 
     def __getitem__(self, position: int) -> PromptRow:  # type: ignore[override]
         return self._rows[position]
+
+
+def prompt_of(record: Any, prompt_key: str, source: str, number: int) -> Any:
+    """The record's prompt; DataFileError naming the record when it has none (run time and validate's sample)."""
+    if not isinstance(record, Mapping):
+        raise DataFileError(f"{source}: record {number}: expected a mapping, got {type(record).__name__}")
+    if prompt_key not in record:
+        columns = ", ".join(map(str, record)) or "none"
+        raise DataFileError(
+            f"{source}: record {number} has no {prompt_key!r} column (it has: {columns}); "
+            "set data.prompt_key to the column holding the prompt"
+        )
+    return record[prompt_key]
 
 
 def _as_messages(prompt: Any, source: str, number: int) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 from pathlib import Path
@@ -25,8 +26,12 @@ SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv")
 SAVED_DATASET_STATE = "state.json"  # what marks a directory written by datasets' save_to_disk
 
 
-def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Load every record of a prompt file; fail with the file and line when something is wrong."""
+def load_records(path: str | os.PathLike[str], limit: int | None = None) -> list[dict[str, Any]]:
+    """Load every record of a prompt file (or the first ``limit``: validate's sample); fail with the file and line.
+
+    With ``limit``, JSON lines and CSV files are read only as far as the first ``limit`` lines; a JSON
+    array is parsed whole and parquet is read one batch.
+    """
     file = Path(os.path.expanduser(str(path)))
     if not file.exists():
         raise DataFileError(f"{file}: no such file; check data paths in the recipe (relative to {os.getcwd()})")
@@ -41,9 +46,12 @@ def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if file.stat().st_size == 0:
         raise DataFileError(f"{file}: the file is empty; it must hold at least one record")
     if suffix == ".parquet":
-        records = _read_parquet(file)
+        records = _read_parquet(file, limit)
     else:
-        text = _decode(file)
+        header = 1 if suffix == ".csv" else 0
+        text = _decode(file, _head(file, None if limit is None else limit + header))
+        if suffix == ".json" and limit is not None and text.lstrip().startswith("["):
+            text = _decode(file, _head(file, None))  # an array parses only whole
         if suffix == ".csv":
             records = _read_csv(file, text)
         elif suffix == ".json" and text.lstrip().startswith("["):
@@ -56,12 +64,19 @@ def load_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def _nonempty(file: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not records:
         raise DataFileError(f"{file}: the file holds no records; it must hold at least one")
-    return records
+    return records if limit is None else records[:limit]
 
 
-def _decode(file: Path) -> str:
+def _head(file: Path, lines: int | None) -> bytes:
+    """The file's bytes, or only its first ``lines`` lines."""
+    if lines is None:
+        return file.read_bytes()
+    with file.open("rb") as handle:
+        return b"".join(itertools.islice(handle, lines))
+
+
+def _decode(file: Path, data: bytes) -> str:
     """Decode UTF-8 (a leading BOM is allowed), reporting the line of the first bad byte."""
-    data = file.read_bytes()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -124,13 +139,16 @@ def _read_csv(file: Path, text: str) -> list[dict[str, Any]]:
     return records
 
 
-def _read_parquet(file: Path) -> list[dict[str, Any]]:
+def _read_parquet(file: Path, limit: int | None) -> list[dict[str, Any]]:
     try:
         import pyarrow.parquet as parquet
     except ImportError as error:
         raise DataFileError(f"{file}: reading .parquet files needs pyarrow; run `pip install pyarrow`") from error
     try:
-        return parquet.read_table(file).to_pylist()
+        if limit is None:
+            return parquet.read_table(file).to_pylist()
+        batch = next(parquet.ParquetFile(file).iter_batches(batch_size=limit), None)
+        return [] if batch is None else batch.to_pylist()
     except Exception as error:  # pyarrow raises ArrowInvalid/OSError subclasses for bad files
         raise DataFileError(f"{file}: not a readable parquet file ({error})") from error
 

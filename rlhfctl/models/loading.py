@@ -20,9 +20,12 @@ identical weights from the same seed (initialise on CPU, then move).
 from __future__ import annotations
 
 import contextlib
+import difflib
+import importlib.util
 import inspect
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +58,7 @@ __all__ = [
     "CausalLMWithValueHead",
     "ModelConfigError",
     "build_config",
+    "inline_config_class",
     "load_causal_lm",
     "load_sequence_classifier",
     "load_token_value_model",
@@ -62,6 +66,7 @@ __all__ = [
     "resolve_dtype",
     "save_hf_model",
     "token_values",
+    "unknown_config_keys",
 ]
 
 _USES_DTYPE_KWARG = version.parse(transformers.__version__) >= version.parse("4.56")
@@ -175,6 +180,19 @@ def _seeded(seed: int | None) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _loading(what: str, source: Any) -> Iterator[None]:
+    """transformers' OSError (files missing, hub unreachable) as a one-line ModelConfigError: a user error."""
+    try:
+        yield
+    except OSError as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise ModelConfigError(
+            f"{what} {source!r} cannot be loaded: {lines[0] if lines else type(error).__name__}; give a local "
+            "directory, or a hub id that is in the local Hugging Face cache or reachable"
+        ) from None
+
+
 def _set_pad_token_id(model: nn.Module, tokenizer: Any) -> None:
     """Models that pool the last token, and ``generate``, need the pad id on the config."""
     config = getattr(model, "config", None)
@@ -218,7 +236,8 @@ def load_tokenizer(model_cfg: Mapping[str, Any], trust_remote_code: bool = False
         if _is_char_tokenizer_dir(location):
             tokenizer = CharTokenizer.from_pretrained(location)
         else:
-            tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
+            with _loading(where, source):
+                tokenizer = AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
     else:
         tokenizer = CharTokenizer()
     tokenizer.padding_side = "left"
@@ -247,16 +266,12 @@ def build_config(model_cfg: Mapping[str, Any], tokenizer: Any) -> PretrainedConf
     fields = _plain(model_cfg["config"])
     if not isinstance(fields, dict):
         raise ModelConfigError(f"model.config must be a mapping of config fields, got {type(fields).__name__}")
+    config_class = inline_config_class(model_cfg)
     model_type = fields.pop("model_type", None) or model_cfg.get("model_type")
-    if not model_type:
-        raise ModelConfigError(
-            f"model.config needs a model_type, e.g. one of {', '.join(_EXAMPLE_MODEL_TYPES)}."
-        )
-    if model_type not in CONFIG_MAPPING:
-        raise ModelConfigError(
-            f"unknown model_type {model_type!r} in model.config; known types include "
-            f"{', '.join(_EXAMPLE_MODEL_TYPES)} (see transformers' CONFIG_MAPPING for all)."
-        )
+    unknown = unknown_config_keys(model_cfg)
+    if unknown:
+        key, hint = unknown[0]
+        raise ModelConfigError(f"model.config.{key}: {config_class.__name__} has no field {key!r}{hint}")
     vocab_needed = len(tokenizer)
     if fields.get("vocab_size") is not None and int(fields["vocab_size"]) < vocab_needed:
         raise ModelConfigError(
@@ -267,7 +282,6 @@ def build_config(model_cfg: Mapping[str, Any], tokenizer: Any) -> PretrainedConf
     fields.setdefault("pad_token_id", tokenizer.pad_token_id)
     fields.setdefault("eos_token_id", tokenizer.eos_token_id)
     fields.setdefault("bos_token_id", tokenizer.bos_token_id)
-    config_class = CONFIG_MAPPING[model_type]
     if (
         "num_attention_heads" in fields
         and "num_key_value_heads" not in fields
@@ -279,6 +293,71 @@ def build_config(model_cfg: Mapping[str, Any], tokenizer: Any) -> PretrainedConf
         return AutoConfig.for_model(model_type, **fields)
     except (TypeError, ValueError) as error:
         raise ModelConfigError(f"model.config for {model_type!r} is invalid: {error}") from error
+
+
+def inline_config_class(model_cfg: Mapping[str, Any]) -> type[PretrainedConfig]:
+    """The transformers config class of an inline ``model.config``, from its model_type."""
+    fields = model_cfg.get("config") or {}
+    if not isinstance(fields, Mapping):
+        raise ModelConfigError(f"model.config must be a mapping of config fields, got {type(fields).__name__}")
+    model_type = fields.get("model_type") or model_cfg.get("model_type")
+    if not model_type:
+        raise ModelConfigError(f"model.config needs a model_type, e.g. one of {', '.join(_EXAMPLE_MODEL_TYPES)}.")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        raise ModelConfigError(
+            f"unknown model_type {model_type!r} in model.config; known types include "
+            f"{', '.join(_EXAMPLE_MODEL_TYPES)} (see transformers' CONFIG_MAPPING for all)."
+        )
+    return CONFIG_MAPPING[model_type]
+
+
+def unknown_config_keys(model_cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, "; did you mean ..." or "") for each inline ``model.config`` key its config class would only store.
+
+    transformers keeps an unknown key as a plain attribute and builds the default architecture, so a typo
+    (``hidden_sise``) silently trains a 4096-wide model. Known: the class's parameters and default
+    attributes, its attribute_map, keys it consumes (legacy ``rope_theta``), and names its modeling code
+    reads with ``getattr(config, ...)`` (``head_dim``).
+    """
+    config_class = inline_config_class(model_cfg)
+    known = _known_config_keys(config_class)
+    unknown = []
+    for key, value in _plain(model_cfg.get("config") or {}).items():
+        if key in known or key == "model_type" or _consumed(config_class, key, value):
+            continue
+        matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {matches[0]!r}?" if matches else f"; see {config_class.__name__} for the fields"
+        unknown.append((key, hint))
+    return unknown
+
+
+def _known_config_keys(config_class: type[PretrainedConfig]) -> set[str]:
+    known = {name for cls in config_class.__mro__ if "__init__" in vars(cls)
+             for name in inspect.signature(cls.__init__).parameters}
+    with contextlib.suppress(Exception):  # composite configs (encoder-decoder) need arguments to build
+        known |= {name for name in vars(config_class()) if not name.startswith("_")}
+    known |= set(getattr(config_class, "attribute_map", {}) or {})
+    return known | _modeling_reads(config_class.model_type)
+
+
+def _modeling_reads(model_type: str) -> set[str]:
+    """Config names the model's modeling module reads with getattr(config, "name", ...) (read as text)."""
+    try:
+        spec = importlib.util.find_spec(f"transformers.models.{model_type}.modeling_{model_type}")
+    except (ImportError, ValueError):
+        return set()
+    if spec is None or not spec.origin or not os.path.isfile(spec.origin):
+        return set()
+    with open(spec.origin, encoding="utf-8") as handle:
+        return set(re.findall(r"getattr\(\s*(?:self\.)?config\s*,\s*[\"'](\w+)[\"']", handle.read()))
+
+
+def _consumed(config_class: type[PretrainedConfig], key: str, value: Any) -> bool:
+    """True when the class takes ``key`` in (e.g. folds rope_theta into rope_parameters) rather than storing it."""
+    try:
+        return key not in vars(config_class(**{key: value}))
+    except Exception:  # noqa: BLE001 - the class looked at the key and rejected its value: it knows the key
+        return True
 
 
 # --------------------------------------------------------------------------- models
@@ -297,7 +376,8 @@ def load_causal_lm(
     kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
     path = _weights_path(model_cfg)
     if path is not None:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **_safetensors_kwargs(path))
+        with _loading("model.path", path):
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **_safetensors_kwargs(path))
     else:
         config = build_config(model_cfg, tokenizer)
         kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
@@ -428,17 +508,8 @@ def load_token_value_model(
     kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
     path = _weights_path(model_cfg)
     if path is not None:
-        if os.path.isfile(os.path.join(path, _VALUE_HEAD_FILE)):
-            model: nn.Module = CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
-        else:
-            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-            if _has_head(config, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "AutoModelForTokenClassification"):
-                with _seeded(seed):
-                    model = AutoModelForTokenClassification.from_pretrained(
-                        path, num_labels=1, ignore_mismatched_sizes=True, **kwargs, **_safetensors_kwargs(path)
-                    )
-            else:
-                model = CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
+        with _loading("model.path", path):
+            model = _pretrained_value_model(path, seed, trust_remote_code, kwargs)
     else:
         config = build_config(model_cfg, tokenizer)
         config.num_labels = 1
@@ -455,6 +526,19 @@ def load_token_value_model(
     return model
 
 
+def _pretrained_value_model(path: str, seed: int | None, trust_remote_code: bool, kwargs: dict[str, Any]) -> nn.Module:
+    """A value model from a checkpoint: ours with its value head, a token classifier, or a backbone + new head."""
+    if os.path.isfile(os.path.join(path, _VALUE_HEAD_FILE)):
+        return CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if _has_head(config, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "AutoModelForTokenClassification"):
+        with _seeded(seed):
+            return AutoModelForTokenClassification.from_pretrained(
+                path, num_labels=1, ignore_mismatched_sizes=True, **kwargs, **_safetensors_kwargs(path)
+            )
+    return CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
+
+
 def load_sequence_classifier(
     model_cfg: Mapping[str, Any],
     tokenizer: Any,
@@ -468,12 +552,13 @@ def load_sequence_classifier(
     kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
     path = _weights_path(model_cfg)
     if path is not None:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        with _loading("model.path", path):
+            config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
         _require_head(config, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING, "AutoModelForSequenceClassification")
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = tokenizer.pad_token_id
         config.num_labels = 1
-        with _seeded(seed):
+        with _seeded(seed), _loading("model.path", path):
             model = AutoModelForSequenceClassification.from_pretrained(
                 path, config=config, **kwargs, **_safetensors_kwargs(path)
             )

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
-from rlhfctl.recipe.importing import import_callable, import_class
+from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
 from rlhfctl.recipe.roles import present_roles, required_methods
 
-__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_reward_function", "check_workers",
+__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_workers",
            "worker_classes"]
 
 def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
@@ -172,18 +172,6 @@ def check_workers(cfg: Any) -> list[Issue]:
             f"registered: {', '.join(registered) or 'none'}"
         )))
     return issues
-
-
-def check_reward_function(cfg: Any) -> list[Issue]:
-    """An error when roles.reward.function does not import (the function is not called)."""
-    reward = cfg.roles.get("reward")
-    if reward is None or not reward.get("function"):
-        return []
-    try:
-        import_callable(str(reward.function), "roles.reward.function")
-    except RecipeError as failure:
-        return [error("roles.reward.function", str(failure))]
-    return []
 
 
 # ---------------------------------------------------------------------------------- data

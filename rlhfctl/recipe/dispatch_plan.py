@@ -12,7 +12,7 @@ from typing import Any
 from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
 from rlhfctl.recipe.check_runtime import worker_classes
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
-from rlhfctl.recipe.pools import PoolInfo, pool_of, resolve_pools
+from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of, resolve_pools
 from rlhfctl.recipe.roles import present_roles, required_methods
 
 __all__ = ["FORMAT_VERSION", "build_dispatch_plan", "summarize_rows"]
@@ -83,7 +83,8 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
                 updates: dict[str, UpdateRow]) -> dict[str, Any]:
     rows = prompts if call.unit == "prompts" else samples
     entry: dict[str, Any] = {"index": index, "call": call.name, "role": call.role, "method": call.method,
-                             "purpose": call.purpose, "note": call.note, "unit": call.unit, "rows_in": rows}
+                             "purpose": call.purpose, "note": call.note, "unit": call.unit, "rows_in": rows,
+                             "pool": roles[call.role]["pool"] if call.role in roles else DRIVER_POOL}
     if call.role == "driver":
         entry.update(kind="driver", dispatch_mode=None, execute_mode=None, blocking=None, materialize_futures=None,
                      registered=True, world_size=1, ranks=[], rows_per_rank=rows, padding_rows=0, rows_out=rows,

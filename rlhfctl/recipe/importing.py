@@ -8,11 +8,11 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 
-__all__ = ["ensure_cwd_importable", "import_callable", "import_class"]
+__all__ = ["ensure_cwd_importable", "import_class"]
 
 
 def ensure_cwd_importable() -> None:
@@ -87,12 +87,4 @@ def import_class(ref: str, key_path: str) -> type:
     value = _resolve(ref, key_path, "pkg.module.Class")
     if not isinstance(value, type):
         raise RecipeError(f"{key_path}: {ref!r} is a {type(value).__name__}, not a class", key_path=key_path, kind="import")
-    return value
-
-
-def import_callable(ref: str, key_path: str) -> Callable[..., Any]:
-    """The function named by ``pkg.module:function`` or ``path/to/file.py:function`` (imported, not called)."""
-    value = _resolve(ref, key_path, "pkg.module:function or path/to/file.py:function")
-    if not callable(value):
-        raise RecipeError(f"{key_path}: {ref!r} is a {type(value).__name__}, not callable", key_path=key_path, kind="import")
     return value

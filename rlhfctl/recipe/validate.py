@@ -1,4 +1,4 @@
-"""validate_recipe: everything that can be checked without starting Ray or loading weights, as a ValidationReport."""
+"""validate_recipe: everything that can be checked without starting Ray or loading weights (preflight included), as a ValidationReport."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from omegaconf import OmegaConf
 
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
-from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_reward_function, check_workers
+from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_workers
 from rlhfctl.recipe.errors import Issue, RecipeError, error
 from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.pools import PoolInfo
-from rlhfctl.recipe.stages import is_stage
+from rlhfctl.recipe.preflight import preflight
+from rlhfctl.recipe.roles import present_roles
+from rlhfctl.recipe.stages import is_stage, stage_roles
 
 __all__ = ["ValidationReport", "validate_recipe"]
 
@@ -70,16 +72,18 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
         report.issues += stage_issues
+        if report.ok:
+            report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))
         return report
     pools, pool_issues = check_pools(cfg)
     report.pools = pools
     report.issues += pool_issues
     report.issues += check_workers(cfg)
-    report.issues += check_reward_function(cfg)
     report.issues += check_algorithm(cfg)
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
     report.issues += check_resume(cfg)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
     report.issues += batch_issues
+    report.issues += preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, this machine
     return report

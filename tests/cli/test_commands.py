@@ -67,15 +67,17 @@ def test_validate_batch_size_option(runner, recipe_file):
 
 
 def test_inspect_dispatch_json(runner, recipe_file):
-    plan = _json(runner.invoke(app, ["inspect-dispatch", str(recipe_file), "resource_pools.main.process_on_nodes=[3]", "--format", "json"]))
+    # Three reward ranks pad 64 samples; the actor keeps two ranks, which its mini-batch divides (else exit 2).
+    plan = _json(runner.invoke(app, ["inspect-dispatch", str(recipe_file), "resource_pools.score={process_on_nodes: [3]}",
+                                     "roles.reward.pool=score", "ray.num_cpus=4", "--format", "json"]))
     assert set(plan) >= {"roles", "dataflow", "batch", "pools", "format_version"}
     assert plan["roles"]["reward"]["methods"]["compute_rewards"]["dispatch_mode"] == "ALL_TO_ALL"
-    assert plan["roles"]["actor"]["colocated_with"] == ["reference", "reward"]
+    assert plan["roles"]["actor"]["colocated_with"] == ["reference"]
     reward = next(e for e in plan["dataflow"] if e["call"] == "reward.compute_rewards")
-    assert reward["padding_rows"] == 2 and reward["rows_per_rank"] == 22
+    assert reward["padding_rows"] == 2 and reward["rows_per_rank"] == 22 and reward["pool"] == "score"
     assert {t["name"]: t["shape"] for t in reward["inputs"]}["responses"] == [22, 32]
     generate = plan["dataflow"][0]
-    assert generate["summary"] == "16 prompts -> 3 ranks x 6 (2 padding rows) (-> 64 samples)"
+    assert generate["summary"] == "16 prompts -> 2 ranks x 8 (-> 64 samples)" and generate["pool"] == "main"
 
 
 def test_inspect_dispatch_filters(runner, recipe_file):

@@ -69,6 +69,24 @@ def test_load_parquet(tmp_path) -> None:
     assert load_records(path) == records
 
 
+def test_a_limit_reads_only_the_first_records_of_every_format(tmp_path) -> None:
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as parquet
+
+    many = [{"prompt": f"q{i}", "ground_truth": str(i)} for i in range(10)]
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps(r) + "\n" for r in many) + "{broken\n")
+    (tmp_path / "p.json").write_text(json.dumps(many))
+    with open(tmp_path / "p.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["prompt", "ground_truth"])
+        writer.writeheader()
+        writer.writerows(many)
+    parquet.write_table(pyarrow.Table.from_pylist(many), tmp_path / "p.parquet")
+    for name in ("p.jsonl", "p.json", "p.csv", "p.parquet"):
+        assert load_records(tmp_path / name, limit=3) == many[:3], name
+    with pytest.raises(DataFileError, match="line 11: malformed JSON"):
+        load_records(tmp_path / "p.jsonl")
+
+
 def test_missing_file(tmp_path) -> None:
     with pytest.raises(DataFileError, match=r"nope\.jsonl: no such file"):
         load_records(tmp_path / "nope.jsonl")

@@ -10,7 +10,7 @@ import pytest
 from rlhfctl.data.records import load_records
 from rlhfctl.data.errors import DataFileError
 from rlhfctl.recipe import load_recipe
-from rlhfctl.recipe.check_data import check_data
+from rlhfctl.recipe.check_runtime import check_data
 
 ROWS = [
     {"prompt": "digits 1 2:", "ground_truth": "12", "data_source": "a", "tags": [1, 2]},

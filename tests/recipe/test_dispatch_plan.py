@@ -108,7 +108,7 @@ def test_every_dataflow_entry_has_the_same_keys(recipe_file):
                  "algorithm.kl.use_in_reward=true", "trainer.mini_batch_size=8")
     common = {"index", "call", "kind", "role", "method", "purpose", "note", "unit", "rows_in", "dispatch_mode",
               "execute_mode", "blocking", "materialize_futures", "registered", "world_size", "ranks", "rows_per_rank",
-              "padding_rows", "rows_out", "out_rows_per_rank", "inputs", "outputs", "summary"}
+              "padding_rows", "rows_out", "out_rows_per_rank", "inputs", "outputs", "summary", "pool"}
     for entry in plan["dataflow"]:
         assert common <= set(entry), entry["call"]
         assert ("update" in entry) == entry["call"].startswith(("actor.update", "critic.update"))

@@ -1,0 +1,264 @@
+"""Pre-launch checks that look outside the recipe text: data files, the reward function, models, this machine.
+
+``validate`` (and ``train``, before Ray starts) runs these after the recipe-only checks, so a recipe that
+validates starts. Each check calls the code the run itself calls, never a second copy of it:
+
+- data: the first :data:`SAMPLE_RECORDS` records of each file through :func:`rlhfctl.data.load_records`
+  and the prompt lookup of :func:`rlhfctl.data.prompts.prompt_of`;
+- the reward function: :func:`workers.reward_functions.load_reward_function` (the dot form
+  ``pkg.module.fn`` is rejected here as at run time) and the call the reward worker makes, checked
+  against the sampled columns by :func:`workers.reward_functions.reward_call_problem`;
+- inline model configs: :func:`rlhfctl.models.loading.unknown_config_keys`, which ``build_config``
+  also enforces; model paths: a local directory, or a hub id in the local Hugging Face cache, or a
+  reachable hub (one bounded probe);
+- pools: the CPUs the private Ray would have to give (what :class:`RayResourcePool` reserves) against
+  this machine.
+
+Checks that depend on this machine are warnings when the recipe is plainly meant for another one (its
+pools need GPUs this machine does not show), and the machine check is skipped with a note when the run
+joins a cluster (``ray.address``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import threading
+from typing import Any
+from urllib.parse import urlparse
+
+from omegaconf import OmegaConf
+
+from rlhfctl.recipe.pools import PoolInfo
+from rlhfctl.recipe.errors import Issue, error, warning
+from rlhfctl.recipe.stages import is_stage
+
+__all__ = ["SAMPLE_RECORDS", "preflight", "sample_columns"]
+
+SAMPLE_RECORDS = 64
+"""Records read from the start of each data file; validate stays fast on large files."""
+
+_HUB_PROBE_S = 2.0
+
+
+def preflight(cfg: Any, pools: dict[str, PoolInfo], roles: list[str]) -> list[Issue]:
+    """Every pre-launch finding for ``roles`` (data and reward only for rollout recipes)."""
+    issues = []
+    if not is_stage(cfg):
+        columns, data_issues = sample_columns(cfg)
+        issues += data_issues
+        issues += _check_reward(cfg, columns)
+    here = _meant_for_this_machine(cfg, pools)
+    issues += _check_models(cfg, roles, here)
+    if here:
+        issues += _check_machine(cfg, pools)
+    return issues
+
+
+# ---------------------------------------------------------------------------------- data
+def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[Issue]]:
+    """Per data source (``data.train_files``, ``data.val_files`` or ``data.task``), the columns its
+    sampled records give the reward function; errors for records that do not parse or lack the prompt."""
+    from rlhfctl.data import DataFileError, load_records
+    from rlhfctl.data.prompts import prompt_of
+    from workers.reward import INTERNAL_COLUMNS
+
+    prompt_key = str(cfg.data.prompt_key)
+    found: dict[str, list[str]] = {}
+    issues = []
+    for split in ("train_files", "val_files"):
+        names: dict[str, None] = {}
+        for index, name in enumerate(cfg.data.get(split) or []):
+            key = f"data.{split}[{index}]"
+            if not _readable(str(name)):
+                continue  # check_data reports missing files and unsupported types
+            try:
+                for number, record in enumerate(load_records(str(name), limit=SAMPLE_RECORDS), start=1):
+                    prompt_of(record, prompt_key, str(name), number)
+                    names.update(dict.fromkeys(str(column) for column in record))
+            except DataFileError as failure:
+                issues.append(error(key, f"{key}: {failure}"))
+        if names:
+            found[f"data.{split}"] = [name for name in names if name != prompt_key and name not in INTERNAL_COLUMNS]
+    if not cfg.data.get("train_files") and cfg.data.get("task"):
+        found["data.task"] = _task_columns(cfg, prompt_key, INTERNAL_COLUMNS)
+    return found, issues
+
+
+def _readable(name: str) -> bool:
+    from rlhfctl.data import SUPPORTED_EXTENSIONS
+
+    path = os.path.expanduser(name)
+    return os.path.isfile(path) and os.path.splitext(path)[1].lower() in SUPPORTED_EXTENSIONS
+
+
+def _task_columns(cfg: Any, prompt_key: str, internal: frozenset[str]) -> list[str]:
+    from rlhfctl.tasks import UnknownTaskError, get_task
+
+    try:
+        records = get_task(str(cfg.data.task)).make_prompts(2, int(cfg.trainer.seed))
+    except UnknownTaskError:
+        return []  # check_data reports it
+    names = dict.fromkeys(str(column) for record in records for column in record)
+    return [name for name in names if name != prompt_key and name not in internal]
+
+
+# ---------------------------------------------------------------------------------- reward function
+def _check_reward(cfg: Any, columns: dict[str, list[str]]) -> list[Issue]:
+    """The reward spec loads as the worker loads it, and the function takes the call the worker makes."""
+    from workers.reward_functions import RewardFunctionError, load_reward_function, reward_call_problem
+
+    reward = cfg.roles.get("reward")
+    if reward is None or not reward.get("function"):
+        return []
+    key = "roles.reward.function"
+    try:
+        function = load_reward_function(str(reward.function))
+    except (RewardFunctionError, SystemExit) as failure:  # user code may call sys.exit() when imported
+        text = str(failure) if isinstance(failure, RewardFunctionError) else f"importing it called sys.exit({failure})"
+        return [error(key, text if text.startswith(key) else f"{key}: {text}")]
+    for source, names in columns.items():
+        problem = reward_call_problem(function, names)
+        if problem:
+            sample = f"the first {SAMPLE_RECORDS} records of {source}" if source != "data.task" else source
+            return [error(key, f"{key}: {problem}; columns read from {sample}")]
+    return []
+
+
+# ---------------------------------------------------------------------------------- models
+def _check_models(cfg: Any, roles: list[str], here: bool) -> list[Issue]:
+    """Inline config keys the config class knows; paths that can load on this machine."""
+    issues = []
+    for role in roles:
+        section = cfg.roles[role].get("model")
+        if section is None:
+            continue
+        model = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+        if model.get("config") is not None and not model.get("path"):
+            issues += _config_keys(role, model)
+        for field in ("path", "tokenizer_path"):
+            problem = _unavailable(str(model[field])) if model.get(field) else None
+            if problem:
+                key = f"roles.{role}.model.{field}"
+                issues.append((error if here else warning)(key, f"{key}: {problem}"))
+    return issues
+
+
+def _config_keys(role: str, model: dict[str, Any]) -> list[Issue]:
+    from rlhfctl.models.loading import ModelConfigError, inline_config_class, unknown_config_keys
+
+    prefix = f"roles.{role}.model.config"
+    try:
+        name = inline_config_class(model).__name__
+        unknown = unknown_config_keys(model)
+    except ModelConfigError as failure:
+        return [error(f"{prefix}.model_type", f"{prefix}.model_type: {failure}")]
+    return [error(f"{prefix}.{key}", (
+        f"{prefix}.{key}: {name} has no field {key!r}{hint} (transformers would keep it as an unused attribute "
+        "and build the default size)"
+    )) for key, hint in unknown]
+
+
+def _unavailable(source: str) -> str | None:
+    """Why ``source`` cannot load here: not a local path, not in the local Hugging Face cache, hub unreachable."""
+    if os.path.exists(os.path.expanduser(source)) or source.startswith((".", "/", "~")):
+        return None  # local (a missing local path is check_models' error)
+    from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        return f"{source!r} is not a local path (relative to {os.getcwd()}) and not a hub id such as 'org/name'"
+    cache = os.path.join(constants.HF_HUB_CACHE, "models--" + source.replace("/", "--"), "snapshots")
+    if os.path.isdir(cache) and os.listdir(cache):
+        return None
+    offline = bool(constants.HF_HUB_OFFLINE)
+    if not offline and _hub_reachable(constants.ENDPOINT):
+        return None
+    why = "HF_HUB_OFFLINE is set" if offline else f"{constants.ENDPOINT} cannot be reached"
+    return (
+        f"{source!r} is not a local directory and not in the Hugging Face cache ({constants.HF_HUB_CACHE}), "
+        f"and {why}; download it where the hub is reachable (huggingface-cli download {source}) or give a "
+        "local directory"
+    )
+
+
+@functools.cache
+def _hub_reachable(endpoint: str) -> bool:
+    """One TCP connect to the hub, bounded by _HUB_PROBE_S (DNS included), cached for the process."""
+    url = urlparse(endpoint)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    result: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=_HUB_PROBE_S).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(_HUB_PROBE_S)
+    return bool(result and result[0])
+
+
+# ---------------------------------------------------------------------------------- this machine
+def _joining(cfg: Any) -> bool:
+    return bool(cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+
+
+def _meant_for_this_machine(cfg: Any, pools: dict[str, PoolInfo]) -> bool:
+    """False when the pools need GPUs this machine lacks and no ray.num_gpus says otherwise (validated elsewhere)."""
+    gpus = sum(pool.gpus for pool in pools.values() if pool.roles and not pool.in_driver)
+    if not gpus or cfg.ray.num_gpus is not None or _joining(cfg):
+        return True
+    try:
+        import torch
+
+        visible = int(torch.cuda.device_count())
+    except Exception:  # noqa: BLE001 - no usable torch/CUDA: nothing to compare against
+        return True
+    return gpus <= visible
+
+
+def _check_machine(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+    """The CPUs the pools reserve fit the private Ray this machine starts (ray.num_cpus is checked elsewhere)."""
+    from rlhfctl.single_controller.resource_pool import RayResourcePool
+
+    started = [pool for pool in pools.values() if pool.roles and not pool.in_driver]
+    if cfg.ray.backend == "local" or not started:
+        return []
+    if _joining(cfg):
+        return [warning("ray.address", (
+            "ray.address: joining a cluster, so the pools are not checked against this machine; Ray places "
+            "them when the run starts"
+        ))]
+    if cfg.ray.num_cpus is not None:
+        return []
+    reserved = {pool.name: pool.world_size * float(RayResourcePool(
+        list(pool.process_on_nodes), pool.use_gpu, pool.max_colocate_count, pool.name, pool.num_cpus_per_process,
+    ).num_cpus_per_process) for pool in started}  # type: ignore[arg-type]
+    total, machine = sum(reserved.values()), _machine_cpus()
+    if total <= machine:
+        return []
+    largest = max(reserved, key=reserved.__getitem__)
+    key = f"resource_pools.{largest}.process_on_nodes"
+    shares = ", ".join(f"{name} {cpus:g}" for name, cpus in reserved.items())
+    return [error(key, (
+        f"{key}: the pools reserve {total:g} CPUs ({shares}: processes x num_cpus_per_process) but this machine "
+        f"has {machine}, so the private Ray cannot place them; use fewer processes, a smaller "
+        "resource_pools.<pool>.num_cpus_per_process, or join a cluster with ray.address"
+    ))]
+
+
+def _machine_cpus() -> int:
+    """The CPUs a private Ray counts on this machine (container quotas included)."""
+    try:
+        from ray._private.utils import get_num_cpus
+
+        return int(get_num_cpus())
+    except Exception:  # noqa: BLE001 - Ray's private helper moved: count the CPUs this process may use
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
