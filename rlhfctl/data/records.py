@@ -36,7 +36,7 @@ def load_records(path: str | os.PathLike[str], limit: int | None = None) -> list
     if not file.exists():
         raise DataFileError(f"{file}: no such file; check data paths in the recipe (relative to {os.getcwd()})")
     if file.is_dir():
-        return _nonempty(file, _read_saved_dataset(file))
+        return _nonempty(file, _read_saved_dataset(file), limit)
     suffix = file.suffix.lower()
     if suffix not in SUPPORTED_EXTENSIONS:
         raise DataFileError(
@@ -58,10 +58,10 @@ def load_records(path: str | os.PathLike[str], limit: int | None = None) -> list
             records = _read_json_array(file, text)
         else:
             records = _read_json_lines(file, text)
-    return _nonempty(file, records)
+    return _nonempty(file, records, limit)
 
 
-def _nonempty(file: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _nonempty(file: Path, records: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
     if not records:
         raise DataFileError(f"{file}: the file holds no records; it must hold at least one")
     return records if limit is None else records[:limit]
