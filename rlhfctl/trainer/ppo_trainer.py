@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import resolve
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
@@ -70,8 +71,8 @@ class PPOTrainer(TrainerRuntime):
         self.actor = self.groups["actor"]
         self.reward = self.groups["reward"]
         self.critic = self.groups.get("critic")
-        lora_reference = cfg.roles.actor.lora is not None and self.groups.get("reference") is None
-        self.reference = self.actor if lora_reference else self.groups.get("reference")
+        self.effective = resolve(cfg)  # the recipe's fallbacks and derived values (validate shows the same)
+        self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
         self._next_rollout: tuple[DataProto, GroupFuture, dict[str, GroupFuture]] | None = None
         self._start_runtime()
 
@@ -105,7 +106,7 @@ class PPOTrainer(TrainerRuntime):
             batch = rollout.get()
         with timer("reward_ref_values"):
             batch, pending = self._collect_scores(batch, scoring)
-        if self._needs_old_log_probs():
+        if self.effective.needs_old_log_probs:
             with timer("old_log_prob"):
                 batch = batch.union(self.actor.compute_log_prob(batch))
         with timer("advantages"):
@@ -208,13 +209,6 @@ class PPOTrainer(TrainerRuntime):
     def _join(batch: DataProto, futures: list[GroupFuture]) -> DataProto:
         """The batch with the futures' results joined in, on the driver."""
         return PendingUnion(batch, tuple(futures)).get()
-
-    def _needs_old_log_probs(self) -> bool:
-        """A separate old-log-prob pass is redundant for a single on-policy epoch over one mini-batch."""
-        cfg = self.cfg
-        epochs = cfg.roles.actor.ppo_epochs or cfg.trainer.ppo_epochs
-        mini = cfg.roles.actor.mini_batch_size or cfg.trainer.mini_batch_size
-        return epochs > 1 or mini < cfg.trainer.batch_size or cfg.algorithm.kl.use_in_reward
 
     def _advantages(self, batch: DataProto, prompts: DataProto) -> DataProto:
         """KL-shaped rewards and advantages, computed on the driver with pure tensor functions."""
