@@ -114,11 +114,11 @@ class PPOTrainer(TrainerRuntime):
         metrics: dict[str, float] = {}
         if self.cfg.trainer.balance_batch:
             batch = self._balanced(batch, metrics)
-        if self.critic is not None:
+        if self.effective.has_critic:
             with timer("update_critic"):
                 metrics.update(mean_over_ranks(self.critic.update_critic(batch)))
         update = None
-        if step > self.cfg.trainer.critic_warmup_steps:
+        if self.effective.updates_actor(step):
             update = self.actor.submit("update_actor", union_pending(batch, *pending))
         if self._may_start_next_rollout(step):
             self._next_rollout = self._start_rollout()  # queued behind the update on the actor's ranks
@@ -173,11 +173,14 @@ class PPOTrainer(TrainerRuntime):
         only the reward and the values. A reward in the driver (``pool: driver``) is scored when the
         driver first needs it: a call there runs when it is made, and would wait for the rollout.
         """
-        calls = {"reward": (self.reward, "compute_rewards"), "values": (self.critic, "compute_values"),
-                 "ref_log_prob": (self.reference, "compute_ref_log_prob")}
+        calls = {"reward": (self.reward, "compute_rewards")}
+        if self.effective.has_critic:
+            calls["values"] = (self.critic, "compute_values")
+        if self.effective.reference_source is not None:
+            calls["ref_log_prob"] = (self.reference, "compute_ref_log_prob")
         return {name: (_CallWhenNeeded(group, method, rollout) if self._runs_in_driver(group)
                        else group.submit(method, self._rollout_for(group, rollout)))
-                for name, (group, method) in calls.items() if group is not None}
+                for name, (group, method) in calls.items()}
 
     def _runs_in_driver(self, group: Any) -> bool:
         """A group of the driver process (``pool: driver``) in a run whose actor has worker processes."""
@@ -201,7 +204,7 @@ class PPOTrainer(TrainerRuntime):
         batch = self._join(batch, list(pending.values()))
         if ref is None:
             return batch, []
-        if self.cfg.algorithm.kl.use_in_reward or self.cfg.trainer.balance_batch:
+        if self.effective.kl_in_reward or self.cfg.trainer.balance_batch:
             return batch.union(ref.get()), []
         return batch, [ref]
 
@@ -216,12 +219,12 @@ class PPOTrainer(TrainerRuntime):
         mask = batch.batch["response_mask"]
         rewards = batch.batch["token_level_scores"]
         tensors: dict[str, Any] = {}
-        if kl.use_in_reward:
+        if self.effective.kl_in_reward:
             rewards, current_kl = apply_kl_penalty(rewards, batch.batch["old_log_probs"], batch.batch["ref_log_prob"],
                                                    mask, self.kl_controller.value, kl.kind)
             self.kl_controller.update(float(current_kl), n_steps=len(prompts))
             tensors["token_level_rewards"] = rewards
-        baselines = self._remax_baselines(prompts) if algo.adv_estimator == "remax" else None
+        baselines = self._remax_baselines(prompts) if self.effective.greedy_baseline else None
         advantages, returns = compute_advantages(
             algo.adv_estimator,
             token_level_rewards=rewards,
