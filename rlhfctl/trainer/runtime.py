@@ -56,7 +56,7 @@ class TrainerRuntime:
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         """Build every role's model (in parallel), then resume if the recipe asks to."""
-        futures = [group.submit("init_model") for group in self.groups.all()]
+        futures = [group.init_model.submit() for group in self.groups.all()]
         for future in futures:
             future.get()
         self._write_placement()
