@@ -31,7 +31,7 @@ EXIT_INTERRUPTED = 130
 RUNTIME_FAILURES = {
     "rlhfctl.single_controller.errors.WorkerDiedError": EXIT_WORKER_FAILED,
     "rlhfctl.single_controller.errors.WorkerTimeoutError": EXIT_WORKER_FAILED,
-    "rlhfctl.trainer.ppo_trainer.TrainingDiverged": EXIT_DIVERGED,
+    "rlhfctl.trainer.trainer_base.TrainingDiverged": EXIT_DIVERGED,
 }
 
 #: Exceptions that mean "fix your recipe, data or settings", by qualified class name (matched along the

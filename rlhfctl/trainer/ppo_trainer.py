@@ -20,6 +20,7 @@ from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_ad
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import resolve
+from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
@@ -27,11 +28,9 @@ from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite,
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
 from rlhfctl.trainer.rollout import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
-from rlhfctl.trainer.runtime import TrainerRuntime
+from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
 
-
-class TrainingDiverged(RuntimeError):
-    """A loss or reward became NaN or infinite; the last good checkpoint is kept."""
+__all__ = ["PPOTrainer", "PhaseTimer", "TrainingDiverged", "summarize"]
 
 
 class PhaseTimer:
@@ -50,7 +49,7 @@ class PhaseTimer:
         return {f"time/{phase}": seconds for phase, seconds in self.seconds.items()}
 
 
-class PPOTrainer(TrainerRuntime):
+class PPOTrainer(TrainerBase):
     """Drives the role worker groups through PPO-family training steps."""
 
     def __init__(self, cfg: DictConfig, reporter: Any, groups: RoleGroups | None = None) -> None:
@@ -234,6 +233,13 @@ class PPOTrainer(TrainerRuntime):
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.kl_controller.load_state_dict(state["kl_controller"])
+
+    def summary(self) -> dict[str, Any]:
+        """Mean reward of the first and last steps; with ``trainer.export_hf`` the policy is written to ``<output_dir>/model`` first."""
+        summary = summarize(self.metrics_log)
+        if self.cfg.trainer.get("export_hf"):
+            summary["model_dir"] = str(self.actor.export_hf(str(self.output_dir / MODEL_DIR)))
+        return summary
 
 
 def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""What every trainer does around its loop: start the workers, record the trace, checkpoint, resume, stop."""
+"""What every trainer (PPO and the stage trainers) shares around its loop: workers, trace, checkpoints, resume, stop."""
 
 from __future__ import annotations
 
@@ -17,8 +17,12 @@ from rlhfctl.trainer.role_groups import RoleGroups
 TRACE_FLUSH_TIMEOUT_S = 60.0
 
 
-class TrainerRuntime:
-    """Base of the PPO and stage trainers; subclasses provide the loop and say which groups train.
+class TrainingDiverged(RuntimeError):
+    """A loss or reward became NaN or infinite; the last good checkpoint is kept."""
+
+
+class TrainerBase:
+    """Base of the PPO and stage trainers; subclasses provide the loop, say which groups train and sum up a run.
 
     Subclasses set ``cfg``, ``reporter``, ``output_dir``, ``batcher`` and ``groups`` in ``__init__``,
     then call :meth:`_start_runtime`.
@@ -40,6 +44,14 @@ class TrainerRuntime:
     # ------------------------------------------------------------------ what subclasses define
     def trainable_groups(self) -> list:
         """The groups whose state a checkpoint holds."""
+        raise NotImplementedError
+
+    def fit(self) -> dict[str, float]:
+        """Run the training steps; returns the last step's metrics."""
+        raise NotImplementedError
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run summary the CLI prints (and the exports a finished run writes)."""
         raise NotImplementedError
 
     def batcher_state(self) -> dict[str, Any]:
