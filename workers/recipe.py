@@ -15,7 +15,7 @@ from typing import Any
 
 from rlhfctl.recipe import schema
 from rlhfctl.recipe.pools import DRIVER_POOL
-from rlhfctl.recipe.resolve import TRAINER_FALLBACKS, role_setting, samples_per_rank
+from rlhfctl.recipe.resolve import TRAINER_FALLBACKS, role_setting, samples_per_rank, warmup_steps
 from rlhfctl.recipe.schema import defaults_of, nullable_keys
 
 __all__ = [
@@ -145,8 +145,10 @@ def model_config(recipe: Mapping[str, Any], role: str, fallback: str | None = No
 
 
 def optim_config(recipe: Mapping[str, Any], role: str) -> dict[str, Any]:
-    """``roles.<role>.optim`` with its defaults."""
-    return _with_defaults(section(recipe, "roles", role, "optim"), OPTIM_DEFAULTS)
+    """``roles.<role>.optim`` with its defaults; ``warmup_steps`` as :func:`~rlhfctl.recipe.resolve.warmup_steps` resolves it."""
+    optim = _with_defaults(section(recipe, "roles", role, "optim"), OPTIM_DEFAULTS)
+    optim["warmup_steps"] = warmup_steps(section(recipe, "roles", role), optim)
+    return optim
 
 
 def uses_gpu(recipe: Mapping[str, Any], role: str) -> bool:

@@ -7,7 +7,9 @@ the other keys are known is decided here and nowhere else:
 - who computes the reference log-probs (the reference role, the LoRA actor, or nobody),
   :func:`reference_source`;
 - whether the step needs a separate old-log-prob pass, :func:`needs_old_log_probs`;
-- the rows of one optimizer step on one rank, :func:`samples_per_rank`.
+- the rows of one optimizer step on one rank, :func:`samples_per_rank`;
+- a role's learning-rate warmup (``roles.critic.warmup_steps`` > 0 replaces ``optim.warmup_steps``),
+  :func:`warmup_steps`.
 
 The trainer, ``validate`` / ``inspect-dispatch`` (:mod:`rlhfctl.recipe.arithmetic`,
 :mod:`rlhfctl.recipe.dataflow`) and the role workers (``workers/recipe.py``) read these. The functions
@@ -32,6 +34,7 @@ __all__ = [
     "role_setting",
     "role_update",
     "samples_per_rank",
+    "warmup_steps",
 ]
 
 #: Role keys whose null means "the trainer's value" (``roles.<role>.ppo_epochs: null`` -> ``trainer.ppo_epochs``).
@@ -111,6 +114,12 @@ def samples_per_rank(mini_batch_prompts: int | None, n: int, world_size: int, ro
         return rows
     share = int(mini_batch_prompts) * int(n) // int(world_size)
     return max(1, min(rows, share))
+
+
+def warmup_steps(role_section: Any, optim_section: Any) -> int:
+    """Learning-rate warmup of a role's optimizer: the role's own ``warmup_steps`` when > 0, else ``optim.warmup_steps``."""
+    own = int(role_section.get("warmup_steps") or 0)
+    return own if own > 0 else int(optim_section.get("warmup_steps") or 0)
 
 
 @dataclass(frozen=True)

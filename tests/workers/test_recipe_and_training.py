@@ -35,6 +35,13 @@ def test_missing_and_null_keys_take_defaults_and_trainer_fallbacks():
     assert kl_config({"algorithm": {"kl": {"kind": "k1"}}})["loss_kind"] == "k1"
 
 
+def test_the_critics_own_warmup_replaces_its_optimizers_when_positive():
+    """roles.critic.warmup_steps (schema: "when > 0 it replaces optim.warmup_steps") reaches the critic's schedule."""
+    assert optim_config(tiny_recipe(roles={"critic": {"warmup_steps": 3, "optim": {"warmup_steps": 1}}}), "critic")["warmup_steps"] == 3
+    assert optim_config(tiny_recipe(roles={"critic": {"warmup_steps": 0, "optim": {"warmup_steps": 1}}}), "critic")["warmup_steps"] == 1
+    assert optim_config(tiny_recipe(roles={"actor": {"optim": {"warmup_steps": 2}}}), "actor")["warmup_steps"] == 2
+
+
 def test_reference_and_critic_fall_back_to_the_actor_model():
     recipe = tiny_recipe()
     assert model_config(recipe, "reference", fallback="actor")["config"] == TINY_MODEL["config"]
