@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_check.py [--steps 5] [--json results.json]
 
-1. The fast decoding step (workers/fast_decode.py) against transformers' step on CUDA, in float32 and
+1. The fast decoding step (workers/sampling/fast_decode.py) against transformers' step on CUDA, in float32 and
    bfloat16: the largest logit difference and whether greedy sampling gives the same tokens.
 2. Sampling time on CUDA with the fast step and without (``RLHFCTL_FAST_DECODE=0``), alternating.
 3. The quickstart recipe trained for a few steps with ``resource_pools.main.use_gpu=true`` on a
@@ -31,10 +31,10 @@ import torch  # noqa: E402
 from rlhfctl.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
 from rlhfctl.recipe import load_recipe  # noqa: E402
 from rlhfctl.trainer import run_training  # noqa: E402
-from workers.fast_decode import fast_decoder  # noqa: E402
+from workers.sampling.fast_decode import fast_decoder  # noqa: E402
 from workers.forward import cache_from, lm_forward  # noqa: E402
-from workers.generation import SamplingParams, sample_responses  # noqa: E402
-from workers.kv_cache import preallocated_cache  # noqa: E402
+from workers.sampling.generation import SamplingParams, sample_responses  # noqa: E402
+from workers.sampling.kv_cache import preallocated_cache  # noqa: E402
 from workers.log_probs import position_ids_from_mask  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "quickstart.yaml"

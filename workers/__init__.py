@@ -8,18 +8,15 @@ dispatch modes and DataProto keys.
 from workers.actor import ActorWorker
 from workers.critic import CriticWorker
 from workers.reference import ReferenceWorker
-from workers.registry import DEFAULT_WORKERS, resolve_worker_class
 from workers.reward import RewardWorker
 from workers.reward_functions import RewardFunctionError
 from workers.role import RoleWorker
 
 __all__ = [
-    "DEFAULT_WORKERS",
     "ActorWorker",
     "CriticWorker",
     "ReferenceWorker",
     "RewardFunctionError",
     "RewardWorker",
     "RoleWorker",
-    "resolve_worker_class",
 ]

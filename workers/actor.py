@@ -11,8 +11,9 @@ import torch
 
 from rlhfctl.algorithms import agg_loss, kl_penalty, ppo_policy_loss
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, Execute, register
-from workers.generation import SamplingParams, generate_batch
+from workers.sampling.generation import SamplingParams, generate_batch
 from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
 from workers.lora import adapter_disabled, apply_lora, is_lora, merged_copy
 from workers.recipe import (
@@ -22,7 +23,6 @@ from workers.recipe import (
     optim_config,
     role_config,
     rollout_config,
-    samples_per_rank,
     trainer_config,
 )
 from workers.seeding import make_generator

@@ -10,6 +10,7 @@ from torch import nn
 
 from rlhfctl.algorithms import value_loss
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
 from workers.log_probs import position_ids_from_mask
 from workers.recipe import (
@@ -18,7 +19,6 @@ from workers.recipe import (
     optim_config,
     role_config,
     rollout_config,
-    samples_per_rank,
     trainer_config,
 )
 from workers.seeding import make_generator

@@ -3,7 +3,7 @@
 With ``P`` prompt columns and ``R`` response columns, the token at response position ``t`` is
 predicted by the logits at sequence position ``P + t - 1``. Logits are divided by the sampling
 temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32. Where rows
-repeat a prompt, the prompt part may run once per distinct prompt (``workers.prompt_sharing``).
+repeat a prompt, the prompt part may run once per distinct prompt (``workers.sampling.prompt_sharing``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torch import nn
 
 from rlhfctl.algorithms import entropy_from_logits
 from workers.forward import lm_forward
-from workers.prompt_sharing import shared_prompt_logits
+from workers.sampling.prompt_sharing import shared_prompt_logits
 
 __all__ = ["position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
 

@@ -1,7 +1,10 @@
 """Read the sections of a resolved recipe that the role workers use, with their defaults filled in.
 
-The recipe arrives as a plain dict (the whole resolved recipe). A key that is missing, or set to
-``null``, takes the default listed here; nothing else is validated at this level.
+The recipe arrives as a plain dict (the whole resolved recipe). A validated recipe has every key; a
+partial one (a test, a user's own script) gets the defaults of the one schema
+(:mod:`rlhfctl.recipe.schema`): a missing key takes its schema default, and so does a ``null`` where the
+schema does not allow one. Fallbacks between keys are :mod:`rlhfctl.recipe.resolve`'s; nothing else is
+validated at this level.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rlhfctl.recipe import schema
 from rlhfctl.recipe.pools import DRIVER_POOL
+from rlhfctl.recipe.resolve import TRAINER_FALLBACKS, role_setting, samples_per_rank, warmup_steps
+from rlhfctl.recipe.schema import defaults_of, nullable_keys
 
 __all__ = [
     "ACTOR_DEFAULTS",
@@ -20,8 +26,10 @@ __all__ = [
     "LORA_DEFAULTS",
     "MODEL_DEFAULTS",
     "OPTIM_DEFAULTS",
+    "REFERENCE_DEFAULTS",
     "REWARD_DEFAULTS",
     "ROLLOUT_DEFAULTS",
+    "SectionDefaults",
     "TRAINER_DEFAULTS",
     "kl_config",
     "model_config",
@@ -43,60 +51,26 @@ DEFAULT_INLINE_MODEL: dict[str, Any] = {
     "intermediate_size": 128,
     "max_position_embeddings": 512,
 }
-MODEL_DEFAULTS: dict[str, Any] = {
-    "path": None,
-    "config": None,
-    "tokenizer_path": None,
-    "dtype": "float32",
-    "trust_remote_code": False,
-    "gradient_checkpointing": False,
-}
-OPTIM_DEFAULTS: dict[str, Any] = {
-    "lr": 1e-4,
-    "weight_decay": 0.0,
-    "betas": [0.9, 0.999],
-    "eps": 1e-8,
-    "grad_clip": 1.0,
-    "lr_schedule": "constant",
-    "warmup_steps": 0,
-    "min_lr_ratio": 0.0,
-}
-LORA_DEFAULTS: dict[str, Any] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear"}
-ACTOR_DEFAULTS: dict[str, Any] = {
-    "ppo_epochs": None,
-    "mini_batch_size": None,
-    "micro_batch_size": None,
-    "clip_ratio_low": 0.2,
-    "clip_ratio_high": 0.2,
-    "clip_ratio_c": 3.0,
-    "entropy_coeff": 0.0,
-    "loss_agg_mode": "token-mean",
-    "lora": None,
-}
-CRITIC_DEFAULTS: dict[str, Any] = {
-    "ppo_epochs": None,
-    "mini_batch_size": None,
-    "micro_batch_size": None,
-    "cliprange_value": 0.5,
-    "loss_agg_mode": "token-mean",
-}
-REWARD_DEFAULTS: dict[str, Any] = {"function": None, "model": None, "batch_size": None, "on_error": "raise"}
-ROLLOUT_DEFAULTS: dict[str, Any] = {
-    "n": 4,
-    "max_new_tokens": 32,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": 0,
-    "do_sample": True,
-}
-KL_DEFAULTS: dict[str, Any] = {"use_kl_loss": False, "loss_coef": 0.001, "loss_kind": "k3"}
-TRAINER_DEFAULTS: dict[str, Any] = {
-    "seed": 0,
-    "total_steps": None,
-    "ppo_epochs": 1,
-    "mini_batch_size": None,
-    "batch_size": None,
-}
+
+
+class SectionDefaults(dict):
+    """The defaults of one schema section (:mod:`rlhfctl.recipe.schema`), with the keys whose null is a setting."""
+
+    def __init__(self, section_cls: type) -> None:
+        super().__init__(defaults_of(section_cls))
+        self.nullable = nullable_keys(section_cls)
+
+
+MODEL_DEFAULTS = SectionDefaults(schema.ModelConfig)
+OPTIM_DEFAULTS = SectionDefaults(schema.OptimConfig)
+LORA_DEFAULTS = SectionDefaults(schema.LoraConfig)
+ACTOR_DEFAULTS = SectionDefaults(schema.ActorRole)
+REFERENCE_DEFAULTS = SectionDefaults(schema.ReferenceRole)
+CRITIC_DEFAULTS = SectionDefaults(schema.CriticRole)
+REWARD_DEFAULTS = SectionDefaults(schema.RewardRole)
+ROLLOUT_DEFAULTS = SectionDefaults(schema.RolloutConfig)
+KL_DEFAULTS = SectionDefaults(schema.KLConfig)
+TRAINER_DEFAULTS = SectionDefaults(schema.TrainerConfig)
 
 
 def plain(value: Any) -> Any:
@@ -119,9 +93,11 @@ def section(recipe: Mapping[str, Any], *path: str) -> dict[str, Any]:
 
 
 def _with_defaults(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each missing key (or null where the schema allows no null) set to its default."""
+    nullable = getattr(defaults, "nullable", frozenset())
     merged = dict(values)
     for key, default in defaults.items():
-        if merged.get(key) is None:
+        if key not in merged or (merged[key] is None and key not in nullable):
             merged[key] = copy.deepcopy(default)
     return merged
 
@@ -145,12 +121,12 @@ def kl_config(recipe: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def role_config(recipe: Mapping[str, Any], role: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``roles.<role>`` with ``defaults``; ``ppo_epochs``/``mini_batch_size`` fall back to ``trainer``."""
+    """``roles.<role>`` with ``defaults``; ``ppo_epochs``/``mini_batch_size`` as :func:`~rlhfctl.recipe.resolve.role_setting` resolves them."""
     config = _with_defaults(section(recipe, "roles", role), defaults)
     trainer = trainer_config(recipe)
-    for key in ("ppo_epochs", "mini_batch_size"):
-        if key in defaults and config.get(key) is None:
-            config[key] = trainer.get(key)
+    for key in TRAINER_FALLBACKS:
+        if key in defaults:
+            config[key] = role_setting(config, trainer, key)
     return config
 
 
@@ -169,27 +145,20 @@ def model_config(recipe: Mapping[str, Any], role: str, fallback: str | None = No
 
 
 def optim_config(recipe: Mapping[str, Any], role: str) -> dict[str, Any]:
-    """``roles.<role>.optim`` with its defaults."""
-    return _with_defaults(section(recipe, "roles", role, "optim"), OPTIM_DEFAULTS)
-
-
-def samples_per_rank(mini_batch_prompts: int | None, n: int, world_size: int, rows: int) -> int:
-    """Rows of one optimizer step on one rank: ``mini_batch_size * n / world_size``, within [1, rows]."""
-    if mini_batch_prompts is None:
-        return rows
-    share = int(mini_batch_prompts) * int(n) // int(world_size)
-    return max(1, min(rows, share))
+    """``roles.<role>.optim`` with its defaults; ``warmup_steps`` as :func:`~rlhfctl.recipe.resolve.warmup_steps` resolves it."""
+    optim = _with_defaults(section(recipe, "roles", role, "optim"), OPTIM_DEFAULTS)
+    optim["warmup_steps"] = warmup_steps(section(recipe, "roles", role), optim)
+    return optim
 
 
 def uses_gpu(recipe: Mapping[str, Any], role: str) -> bool:
     """Whether ``role`` runs on CUDA: its pool's ``use_gpu``.
 
-    The pool is ``roles.<role>.pool`` (or ``resource_pool``; ``driver`` is the CPU); without one, a recipe with a single
+    The pool is ``roles.<role>.pool`` (``driver`` is the CPU); without one, a recipe with a single
     pool uses that pool, and otherwise the placement decides (a GPU assigned by Ray to this process).
     """
     pools = section(recipe, "resource_pools")
-    role_section = section(recipe, "roles", role)
-    name = role_section.get("pool") or role_section.get("resource_pool")
+    name = section(recipe, "roles", role).get("pool")
     if name == DRIVER_POOL:  # a reward function run in the driver process, on its CPU
         return False
     if name is not None:

@@ -10,7 +10,7 @@ from torch import nn
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.log_probs import response_log_probs
-from workers.recipe import model_config, role_config, rollout_config
+from workers.recipe import REFERENCE_DEFAULTS, model_config, role_config, rollout_config
 from workers.role import RoleWorker
 
 __all__ = ["ReferenceWorker"]
@@ -24,7 +24,7 @@ class ReferenceWorker(RoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "reference") -> None:
         super().__init__(recipe, role)
-        self.config = role_config(self.recipe, self.role, {"micro_batch_size": None})
+        self.config = role_config(self.recipe, self.role, REFERENCE_DEFAULTS)
         self.model_cfg = model_config(self.recipe, self.role, fallback="actor")
         self.rollout = rollout_config(self.recipe)
         self.model: nn.Module | None = None
@@ -53,7 +53,7 @@ class ReferenceWorker(RoleWorker):
             self.model,
             data.batch,
             device=self.device,
-            micro_batch_size=self.config["micro_batch_size"],
+            micro_batch_size=self.config.get("micro_batch_size"),
             temperature=float(temperature) if temperature is not None else 1.0,
             with_entropy=False,
         )

@@ -119,14 +119,15 @@ def _dtype_kwargs(dtype: torch.dtype | str | None) -> dict[str, Any]:
     return {"dtype": dtype} if _USES_DTYPE_KWARG else {"torch_dtype": dtype}
 
 
-def _looks_local(path: str) -> bool:
+def looks_local(path: str) -> bool:
+    """Whether a model path names a local directory (checked to exist) rather than a hub id."""
     return path.startswith((".", "/", "~"))
 
 
 def _resolve_path(path: Any, what: str) -> str:
     """Expand ``~`` and fail early, with a useful message, on missing local paths."""
     text = os.path.expanduser(str(path))
-    if _looks_local(str(path)) and not os.path.exists(text):
+    if looks_local(str(path)) and not os.path.exists(text):
         raise ModelConfigError(
             f"{what} {path!r} does not exist. Check the path (relative paths are resolved from "
             f"{os.getcwd()!r}), or give a hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'."

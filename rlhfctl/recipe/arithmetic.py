@@ -8,6 +8,7 @@ from typing import Any
 from rlhfctl.recipe.dataflow import training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of
 from rlhfctl.recipe.errors import Issue, error
+from rlhfctl.recipe.resolve import role_update, samples_per_rank
 from rlhfctl.single_controller.rows import RowLayout
 
 __all__ = ["BatchTable", "EpochRow", "ShardRow", "UpdateRow", "derive_batch_table"]
@@ -123,11 +124,9 @@ def _epoch_row(cfg: Any, prompts_per_step: int) -> EpochRow | None:
 
 def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:
     """Mini-batch = mini_batch_size prompts x n samples, split evenly over the ranks; micro-batches cut each rank's part."""
-    section = cfg.roles[role]
+    update = role_update(cfg, role)
     n = int(cfg.rollout.n)
-    mb_key = f"roles.{role}.mini_batch_size" if section.mini_batch_size is not None else "trainer.mini_batch_size"
-    mini_batch = int(section.mini_batch_size if section.mini_batch_size is not None else cfg.trainer.mini_batch_size)
-    epochs = int(section.ppo_epochs if section.ppo_epochs is not None else cfg.trainer.ppo_epochs)
+    mb_key, mini_batch, epochs = update.mini_batch_key, update.mini_batch_size, update.ppo_epochs
     world = pool.world_size
     layout = RowLayout(samples, world)
     per_rank = layout.shard_size
@@ -147,10 +146,10 @@ def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int)
         )))
     else:
         mini_batches = prompts // mini_batch
-        mini_rows = mini_batch * n // world
+        mini_rows = samples_per_rank(mini_batch, n, world, per_rank)
     micro_key = f"roles.{role}.micro_batch_size"
     if mini_rows is not None:
-        micro = int(section.micro_batch_size) if section.micro_batch_size is not None else mini_rows
+        micro = update.micro_batch_size if update.micro_batch_size is not None else mini_rows
         if micro > mini_rows:
             issues.append(error(micro_key, (
                 f"{micro_key}: {micro} is larger than one mini-batch on one rank ({mini_rows} rows = "

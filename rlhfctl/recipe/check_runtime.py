@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlhfctl.models.loading import looks_local as _looks_local
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
@@ -101,10 +102,6 @@ def _visible_gpus() -> int | None:
         return int(torch.cuda.device_count())
     except Exception:  # noqa: BLE001 - no usable torch/CUDA: nothing to compare against
         return None
-
-
-def _looks_local(path: str) -> bool:
-    return path.startswith(("/", "./", "../", "~")) or os.path.isabs(path)
 
 
 def check_models(cfg: Any) -> list[Issue]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlhfctl.recipe.roles import reference_source
+from rlhfctl.recipe.resolve import EffectiveRecipe, needs_old_log_probs, resolve
 
 __all__ = ["StepCall", "TensorSpec", "needs_old_log_probs", "resolve_dims", "training_step"]
 
@@ -58,77 +58,77 @@ def _f(name: str) -> TensorSpec:
     return _t(name, "rows response_len", "float32")
 
 
-def needs_old_log_probs(cfg: Any) -> bool:
-    """True when the step needs a separate ``actor.compute_log_prob`` pass (several epochs or mini-batches, or in-reward KL)."""
-    actor = cfg.roles.actor
-    epochs = actor.ppo_epochs or cfg.trainer.ppo_epochs
-    mini = actor.mini_batch_size or cfg.trainer.mini_batch_size
-    return bool(epochs > 1 or mini < cfg.trainer.batch_size or cfg.algorithm.kl.use_in_reward)
-
-
-def _scoring(cfg: Any) -> list[StepCall]:
+def _scoring(step: EffectiveRecipe) -> list[StepCall]:
     """Reward, reference log-probs and values: independent calls the trainer keeps in flight together."""
     calls = [StepCall("reward", "compute_rewards", "score the responses", "samples",
                       (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK),
                       (_f("token_level_scores"),))]
-    reference = reference_source(cfg)
+    reference = step.reference_source
     if reference is not None:
         note = "the actor with its LoRA adapter disabled" if reference == "actor" else ""
         calls.append(StepCall(reference, "compute_ref_log_prob", "reference log-probs for the KL", "samples",
                               _SEQUENCE, (_f("ref_log_prob"),), note=note))
-    if cfg.roles.get("critic") is not None:
+    if step.has_critic:
         calls.append(StepCall("critic", "compute_values", "value estimates", "samples", _SEQUENCE, (_f("values"),)))
     return calls
 
 
-def _driver(cfg: Any) -> list[StepCall]:
+def _driver(cfg: Any, step: EffectiveRecipe) -> list[StepCall]:
     """KL-shaped rewards (optional) and advantages, computed on the driver."""
     kl = cfg.algorithm.kl
     calls = []
-    if kl.use_in_reward and reference_source(cfg) is not None:
+    if step.kl_in_reward:
         calls.append(StepCall("driver", "apply_kl_penalty", f"token rewards = scores - coef * KL ({kl.kind}, {kl.controller})",
                               "samples", (_f("token_level_scores"), _f("old_log_probs"), _f("ref_log_prob")),
                               (_f("token_level_rewards"),)))
     estimator = cfg.algorithm.adv_estimator
-    inputs = [_f("token_level_rewards"), _MASK] + ([_f("values")] if cfg.roles.get("critic") is not None else [])
+    inputs = [_f("token_level_rewards"), _MASK] + ([_f("values")] if step.has_critic else [])
     calls.append(StepCall("driver", "compute_advantages", f"advantages ({estimator})", "samples", tuple(inputs),
                           (_f("advantages"), _f("returns"))))
     return calls
 
 
+def _actor_update(step: EffectiveRecipe) -> StepCall:
+    """The policy update, with the optional inputs this recipe gives it."""
+    actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
+    if step.needs_old_log_probs:
+        actor_inputs.append(_f("old_log_probs"))
+    if step.kl_loss:
+        actor_inputs.append(_f("ref_log_prob"))
+    note = "" if step.needs_old_log_probs else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
+    warmup = step.critic_warmup_steps
+    if warmup:
+        note = "; ".join(filter(None, [note, f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)"]))
+    return StepCall("actor", "update_actor", "PPO policy update", "samples", tuple(actor_inputs), updates=True, note=note)
+
+
 def training_step(cfg: Any) -> list[StepCall]:
-    """The calls of one training step for this recipe, in the order the trainer makes them."""
+    """The calls of one training step for this recipe, in the order the trainer makes them.
+
+    The conditions (which roles score, whether there is an old-log-prob pass, ...) are the
+    :class:`~rlhfctl.recipe.resolve.EffectiveRecipe` fields the trainer reads too.
+    """
+    step = resolve(cfg)
     n = int(cfg.rollout.n)
-    kl = cfg.algorithm.kl
-    critic = cfg.roles.get("critic") is not None
     generated = (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK,
                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),
                  _t("position_ids", "rows seq_len", "int64"))
     steps = [StepCall("actor", "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
                       generated, fan_out=n)]
-    steps += _scoring(cfg)
-    if needs_old_log_probs(cfg):
+    steps += _scoring(step)
+    if step.needs_old_log_probs:
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
                               "samples", _SEQUENCE, (_f("old_log_probs"), _f("entropys"))))
-    if cfg.algorithm.adv_estimator == "remax":
+    if step.greedy_baseline:
         steps.append(StepCall("actor", "generate_sequences", "greedy response per prompt (ReMax baseline)", "prompts",
                               _PROMPT_IN, generated, note="meta_info do_sample=false, n=1"))
         steps.append(StepCall("reward", "compute_rewards", "score the greedy baseline", "prompts",
                               generated[:3], (_f("token_level_scores"),)))
-    steps += _driver(cfg)
-    if critic:
+    steps += _driver(cfg, step)
+    if step.has_critic:
         steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
                               (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
-    warmup = int(cfg.trainer.critic_warmup_steps)
-    actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
-    if needs_old_log_probs(cfg):
-        actor_inputs.append(_f("old_log_probs"))
-    if kl.use_kl_loss and reference_source(cfg) is not None:
-        actor_inputs.append(_f("ref_log_prob"))
-    note = "" if needs_old_log_probs(cfg) else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
-    if warmup:
-        note = "; ".join(filter(None, [note, f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)"]))
-    steps.append(StepCall("actor", "update_actor", "PPO policy update", "samples", tuple(actor_inputs), updates=True, note=note))
+    steps.append(_actor_update(step))
     return steps
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhfctl.recipe.resolve import present_roles, reference_source
 from rlhfctl.recipe.schema import ROLE_NAMES
 
 __all__ = ["ROLE_METHODS", "ROLE_NAMES", "present_roles", "reference_source", "required_methods", "uses_kl"]
@@ -15,23 +16,6 @@ ROLE_METHODS: dict[str, tuple[str, ...]] = {
     "critic": ("init_model", "compute_values", "update_critic"),
     "reward": ("compute_rewards",),
 }
-
-
-def present_roles(cfg: Any) -> list[str]:
-    """Roles that are configured (not null), in the fixed order actor, reference, critic, reward."""
-    roles = cfg.roles
-    return [name for name in ROLE_NAMES if roles.get(name) is not None]
-
-
-def reference_source(cfg: Any) -> str | None:
-    """Who computes reference log-probs: "reference", "actor" (LoRA, adapter disabled) or None."""
-    roles = cfg.roles
-    if roles.get("reference") is not None:
-        return "reference"
-    actor = roles.get("actor")
-    if actor is not None and actor.get("lora") is not None:
-        return "actor"
-    return None
 
 
 def uses_kl(cfg: Any) -> bool:

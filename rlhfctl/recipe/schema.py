@@ -7,8 +7,9 @@ docs/recipes.md), optionally ``choices`` (a tuple, or the name of a choice provi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+import copy
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from typing import Any, Dict, List, Optional, get_args, get_type_hints
 
 
 def _field(default: Any = None, doc: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -250,3 +251,18 @@ class Recipe:
 
 
 ROLE_NAMES: tuple[str, ...] = ("actor", "reference", "critic", "reward")
+"""The four roles, in pipeline order (the fields of :class:`RolesConfig`)."""
+
+
+def defaults_of(section: type) -> dict[str, Any]:
+    """The default of every field of a schema section, nested sections as dicts: what a partial config falls back to."""
+    values: dict[str, Any] = {}
+    for item in fields(section):
+        value = item.default_factory() if item.default is MISSING else item.default  # type: ignore[misc]
+        values[item.name] = asdict(value) if is_dataclass(value) else copy.deepcopy(value)
+    return values
+
+
+def nullable_keys(section: type) -> frozenset[str]:
+    """Fields of a schema section whose ``null`` is a setting of its own (typed ``Optional``), not "use the default"."""
+    return frozenset(name for name, hint in get_type_hints(section).items() if type(None) in get_args(hint))

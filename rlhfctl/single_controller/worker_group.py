@@ -3,6 +3,9 @@
 At construction the group reads the ``@register`` spec of each method of its worker class and binds a
 group method of the same name (the seed's ``_bind_worker_method``). A call builds a dispatch plan,
 launches the ranks through the backend, and collects (or returns a future when non-blocking).
+
+One calling style: ``group.update_actor(batch)`` runs as the method's spec says (blocking by default),
+and ``group.update_actor.submit(batch)`` returns a :class:`GroupFuture` at once.
 """
 
 from __future__ import annotations
@@ -66,6 +69,30 @@ class DispatchObserver(Protocol):
     def call_finished(self, event: DispatchEvent) -> None: ...
 
 
+class GroupMethod:
+    """A registered worker method bound to a group: call it to run it as its spec says, ``.submit`` for a future."""
+
+    def __init__(self, group: "WorkerGroup", name: str, spec: DispatchSpec) -> None:
+        self._group = group
+        self.dispatch_spec = spec
+        self.__name__ = name
+        self.__qualname__ = f"{type(group).__name__}[{group.role}].{name}"
+        self.__doc__ = getattr(group.worker_cls, name).__doc__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._group.call(self.__name__, *args, **kwargs)
+
+    def submit(self, *args: Any, **kwargs: Any) -> GroupFuture:
+        """Start the call on every rank and return its future at once, whatever the spec's ``blocking`` says.
+
+        The driver uses this to keep independent calls on different groups in flight together.
+        """
+        return self._group.submit(self.__name__, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<group method {self.__qualname__}>"
+
+
 class WorkerGroup:
     """A group of ranks running one worker class; registered methods become group methods."""
 
@@ -99,17 +126,8 @@ class WorkerGroup:
                 )
             setattr(self, name, self._make_group_method(name, spec))
 
-    def _make_group_method(self, name: str, spec: DispatchSpec) -> Callable[..., Any]:
-        worker_method = getattr(self.worker_cls, name)
-
-        def group_method(*args: Any, **kwargs: Any) -> Any:
-            return self.call(name, *args, **kwargs)
-
-        group_method.__name__ = name
-        group_method.__qualname__ = f"{type(self).__name__}[{self.role}].{name}"
-        group_method.__doc__ = worker_method.__doc__
-        group_method.dispatch_spec = spec  # type: ignore[attr-defined]
-        return group_method
+    def _make_group_method(self, name: str, spec: DispatchSpec) -> "GroupMethod":
+        return GroupMethod(self, name, spec)
 
     def __getattr__(self, name: str) -> Any:
         specs = self.__dict__.get("method_specs")
@@ -126,10 +144,7 @@ class WorkerGroup:
         return self._call(method, args, kwargs, force_future=False)
 
     def submit(self, method: str, *args: Any, **kwargs: Any) -> GroupFuture:
-        """Start registered ``method`` and return its future at once, whatever its ``blocking`` says.
-
-        The driver uses this to keep independent calls on different groups in flight together.
-        """
+        """Start registered ``method`` and return its future at once (``group.method.submit(...)`` says the same)."""
         return self._call(method, args, kwargs, force_future=True)
 
     def _call(self, method: str, args: tuple, kwargs: dict, force_future: bool) -> Any:

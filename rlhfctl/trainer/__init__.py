@@ -12,7 +12,7 @@ __all__ = ["PPOTrainer", "TrainingDiverged", "run_training"]
 
 _LAZY = {
     "PPOTrainer": "rlhfctl.trainer.ppo_trainer",
-    "TrainingDiverged": "rlhfctl.trainer.ppo_trainer",
+    "TrainingDiverged": "rlhfctl.trainer.trainer_base",
     "run_training": "rlhfctl.trainer.run",
 }
 

@@ -17,9 +17,10 @@ import torch
 from rlhfctl.algorithms.preference_losses import dpo_loss
 from rlhfctl.data.pairs import PreferenceDataset, PreferencePair, collate_policy_pairs
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import reference_source
 from rlhfctl.trainer.metrics import mean_over_ranks
 from rlhfctl.trainer.reporting import Reporter
-from rlhfctl.trainer.reward_model_trainer import preference_dataset
+from rlhfctl.trainer.stage_data import preference_dataset
 from rlhfctl.trainer.stage_trainer import StageTrainer
 
 __all__ = ["DPOTrainer"]
@@ -36,11 +37,12 @@ class DPOTrainer(StageTrainer):
 
     def __init__(self, cfg: Any, reporter: Reporter, groups: Any = None) -> None:
         super().__init__(cfg, reporter, groups)
-        self.reference = self.groups.get("reference") or self.trained
+        # The reference role, else the trained actor with its LoRA adapter disabled (recipe/resolve decides).
+        self.reference = self.groups["reference"] if reference_source(cfg) == "reference" else self.trained
 
     def make_dataset(self, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
         """Tokenize preference pairs."""
-        return preference_dataset(self, records, source)
+        return preference_dataset(self.cfg, self.tokenizer, records, source)
 
     def reference_logps(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed reference log-probs (B,) of the chosen and rejected responses, from one call over both."""

@@ -18,21 +18,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.data.errors import DataConfigError
-from rlhfctl.errors import Diverged
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.single_controller.futures import GroupFuture, PendingUnion, union_pending
+from rlhfctl.recipe.resolve import resolve
+from rlhfctl.recipe.stages import MODEL_DIR
+from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks, validation_metrics
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
 from rlhfctl.trainer.reporting import Reporter
+from rlhfctl.trainer.rollout import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
-from rlhfctl.trainer.runtime import TrainerRuntime
+from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
 
-
-class TrainingDiverged(Diverged):
-    """A loss or reward became NaN or infinite; the last good checkpoint is kept."""
+__all__ = ["PPOTrainer", "PhaseTimer", "TrainingDiverged", "summarize"]
 
 
 class PhaseTimer:
@@ -51,7 +51,7 @@ class PhaseTimer:
         return {f"time/{phase}": seconds for phase, seconds in self.seconds.items()}
 
 
-class PPOTrainer(TrainerRuntime):
+class PPOTrainer(TrainerBase):
     """Drives the role worker groups through PPO-family training steps."""
 
     def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
@@ -73,9 +73,9 @@ class PPOTrainer(TrainerRuntime):
         self.actor = self.groups["actor"]
         self.reward = self.groups["reward"]
         self.critic = self.groups.get("critic")
-        lora_reference = cfg.roles.actor.lora is not None and self.groups.get("reference") is None
-        self.reference = self.actor if lora_reference else self.groups.get("reference")
-        self._next_rollout: tuple[DataProto, GroupFuture, dict[str, GroupFuture]] | None = None
+        self.effective = resolve(cfg)  # the recipe's fallbacks and derived values (validate shows the same)
+        self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
+        self.rollouts = Rollouts(cfg, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
         self._start_runtime()
 
     # ------------------------------------------------------------------ the loop
@@ -100,124 +100,64 @@ class PPOTrainer(TrainerRuntime):
 
     def train_step(self, step: int) -> dict[str, float]:
         """One PPO-family step over ``trainer.batch_size`` prompts."""
-        timer = PhaseTimer()
+        timer, metrics = PhaseTimer(), {}
         step_start = time.perf_counter()
-        prompts, rollout, scoring = self._next_rollout or self._start_rollout()
-        self._next_rollout = None
+        rollout = self.rollouts.next()  # sent during the last step with trainer.overlap_rollout
         with timer("generate"):
-            batch = rollout.get()
-        with timer("reward_ref_values"):
-            batch, pending = self._collect_scores(batch, scoring)
-        if self._needs_old_log_probs():
+            batch = rollout.responses()
+        with timer("reward_ref_values"):  # reward, reference and values were sent together, behind generation
+            batch, pending_ref = rollout.scored(batch, reference_on_driver=self._reference_on_driver())
+        if self.effective.needs_old_log_probs:
             with timer("old_log_prob"):
                 batch = batch.union(self.actor.compute_log_prob(batch))
         with timer("advantages"):
-            batch = self._advantages(batch, prompts)
-        metrics: dict[str, float] = {}
+            batch = self._advantages(batch, rollout.prompts)
         if self.cfg.trainer.balance_batch:
             batch = self._balanced(batch, metrics)
-        if self.critic is not None:
-            with timer("update_critic"):
-                metrics.update(mean_over_ranks(self.critic.update_critic(batch)))
-        update = None
-        if step > self.cfg.trainer.critic_warmup_steps:
-            update = self.actor.submit("update_actor", union_pending(batch, *pending))
-        if self._may_start_next_rollout(step):
-            self._next_rollout = self._start_rollout()  # queued behind the update on the actor's ranks
-        if update is not None:
-            with timer("update_actor"):
-                metrics.update(mean_over_ranks(update.get()))
+        metrics.update(self._update_critic_and_actor(step, batch, pending_ref, timer))
         # The driver's copy of the pending columns, for the metrics: fetched once the update is done, so
         # the driver is not busy when the reference pass hands over to the update on a shared machine.
-        batch = self._join(batch, pending)
+        batch = join(batch, pending_ref)
         metrics.update(batch_metrics(batch))
         metrics.update(timer.metrics())
         metrics["time/step"] = time.perf_counter() - step_start
-        tokens = batch.batch["attention_mask"].sum().item()
-        metrics["perf/tokens_per_s"] = tokens / metrics["time/step"]
+        metrics["perf/tokens_per_s"] = batch.batch["attention_mask"].sum().item() / metrics["time/step"]
         self._check_finite(step, metrics)
         return metrics
 
     # ------------------------------------------------------------------ phases
-    def _start_rollout(self) -> tuple[DataProto, GroupFuture, dict[str, GroupFuture]]:
-        """Draw the next prompts, send them to the actor, and queue the scoring calls behind generation."""
-        self._batcher_state_before_draw = self.batcher.state_dict()
-        prompts = to_dataproto(next(self.batcher), self.tokenizer)
-        rollout = self.actor.submit("generate_sequences", prompts)
-        return prompts, rollout, self._submit_scoring(rollout)
+    def _reference_on_driver(self) -> bool:
+        """The in-reward KL and batch balancing read the reference log-probs on the driver."""
+        return self.effective.kl_in_reward or bool(self.cfg.trainer.balance_batch)
 
-    def _may_start_next_rollout(self, step: int) -> bool:
-        """Whether to send the next step's rollout before this step ends (``trainer.overlap_rollout``).
+    def _update_critic_and_actor(self, step: int, batch: DataProto, pending_ref: list[Any],
+                                 timer: PhaseTimer) -> dict[str, float]:
+        """Update the critic, then the actor (not during ``trainer.critic_warmup_steps``); the next rollout queues behind.
 
-        A rank runs the calls it is sent in order, so generation starts on the weights this step's
-        update leaves, exactly as if it were sent after the update returned; the driver's end-of-step
-        work then overlaps generation. Not after steps that save or validate (those calls must come
-        first), nor at the last step, nor on the local backend (its calls run as they are sent).
+        On separate pools the two updates run at once (both are sent, then both awaited); colocated
+        roles share their ranks' processes and run in turn, the critic first.
         """
-        cfg = self.cfg.trainer
-        if not cfg.overlap_rollout or self.actor.backend != "ray" or step >= cfg.total_steps:
-            return False
-        return not (cfg.save_every and step % cfg.save_every == 0) and not (cfg.val_every and step % cfg.val_every == 0)
+        metrics: dict[str, float] = {}
+        critic = self.critic.update_critic.submit(batch) if self.effective.has_critic else None
+        if critic is not None and not self.effective.parallel_updates:
+            with timer("update_critic"):
+                metrics.update(mean_over_ranks(critic.get()))
+            critic = None
+        actor = None
+        if self.effective.updates_actor(step):
+            actor = self.actor.update_actor.submit(union_pending(batch, *pending_ref))
+        self.rollouts.send_ahead(step)
+        if critic is not None:
+            with timer("update_critic"):
+                metrics.update(mean_over_ranks(critic.get()))
+        if actor is not None:
+            with timer("update_actor"):
+                metrics.update(mean_over_ranks(actor.get()))
+        return metrics
 
     def batcher_state(self) -> dict[str, Any]:
         """The prompt order as of the last completed step, even when the next step's prompts are drawn."""
-        if self._next_rollout is not None:
-            return self._batcher_state_before_draw
-        return self.batcher.state_dict()
-
-    def _submit_scoring(self, rollout: GroupFuture) -> dict[str, GroupFuture]:
-        """Reward, values and reference log-probs: independent calls, in flight together.
-
-        They are submitted before the rollout is back: a group with the actor's world size is fed the
-        rollout future itself, so each rank starts from its own shard as soon as generation ends,
-        without a round trip through the driver. Other groups get the rollout fetched by the driver.
-        The reference goes last: colocated roles run in submission order, and the advantages need
-        only the reward and the values. A reward in the driver (``pool: driver``) is scored when the
-        driver first needs it: a call there runs when it is made, and would wait for the rollout.
-        """
-        calls = {"reward": (self.reward, "compute_rewards"), "values": (self.critic, "compute_values"),
-                 "ref_log_prob": (self.reference, "compute_ref_log_prob")}
-        return {name: (_CallWhenNeeded(group, method, rollout) if self._runs_in_driver(group)
-                       else group.submit(method, self._rollout_for(group, rollout)))
-                for name, (group, method) in calls.items() if group is not None}
-
-    def _runs_in_driver(self, group: Any) -> bool:
-        """A group of the driver process (``pool: driver``) in a run whose actor has worker processes."""
-        return group.backend == "local" and self.actor.backend != "local"
-
-    def _rollout_for(self, group: Any, rollout: GroupFuture) -> GroupFuture | DataProto:
-        """The rollout future where ``group`` can take its shards straight from the actor's ranks."""
-        if group.world_size == self.actor.world_size:
-            return rollout
-        return rollout.get()
-
-    def _collect_scores(self, batch: DataProto, scoring: dict[str, GroupFuture]) -> tuple[DataProto, list[GroupFuture]]:
-        """Join what the driver needs now; the reference log-probs stay pending when only the actor needs them.
-
-        Pending, they join the batch on the actor's ranks during ``update_actor`` (see ``union_pending``),
-        so the update is sent while the reference pass still runs. The KL penalty in the reward and
-        batch balancing read them on the driver first.
-        """
-        pending = dict(scoring)
-        ref = pending.pop("ref_log_prob", None)
-        batch = self._join(batch, list(pending.values()))
-        if ref is None:
-            return batch, []
-        if self.cfg.algorithm.kl.use_in_reward or self.cfg.trainer.balance_batch:
-            return batch.union(ref.get()), []
-        return batch, [ref]
-
-    @staticmethod
-    def _join(batch: DataProto, futures: list[GroupFuture]) -> DataProto:
-        """The batch with the futures' results joined in, on the driver."""
-        return PendingUnion(batch, tuple(futures)).get()
-
-    def _needs_old_log_probs(self) -> bool:
-        """A separate old-log-prob pass is redundant for a single on-policy epoch over one mini-batch."""
-        cfg = self.cfg
-        epochs = cfg.roles.actor.ppo_epochs or cfg.trainer.ppo_epochs
-        mini = cfg.roles.actor.mini_batch_size or cfg.trainer.mini_batch_size
-        return epochs > 1 or mini < cfg.trainer.batch_size or cfg.algorithm.kl.use_in_reward
+        return self.rollouts.batcher_state()
 
     def _advantages(self, batch: DataProto, prompts: DataProto) -> DataProto:
         """KL-shaped rewards and advantages, computed on the driver with pure tensor functions."""
@@ -225,12 +165,12 @@ class PPOTrainer(TrainerRuntime):
         mask = batch.batch["response_mask"]
         rewards = batch.batch["token_level_scores"]
         tensors: dict[str, Any] = {}
-        if kl.use_in_reward:
+        if self.effective.kl_in_reward:
             rewards, current_kl = apply_kl_penalty(rewards, batch.batch["old_log_probs"], batch.batch["ref_log_prob"],
                                                    mask, self.kl_controller.value, kl.kind)
             self.kl_controller.update(float(current_kl), n_steps=len(prompts))
             tensors["token_level_rewards"] = rewards
-        baselines = self._remax_baselines(prompts) if algo.adv_estimator == "remax" else None
+        baselines = self._remax_baselines(prompts) if self.effective.greedy_baseline else None
         advantages, returns = compute_advantages(
             algo.adv_estimator,
             token_level_rewards=rewards,
@@ -301,20 +241,12 @@ class PPOTrainer(TrainerRuntime):
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.kl_controller.load_state_dict(state["kl_controller"])
 
-
-class _CallWhenNeeded:
-    """A scoring call on a group in the driver process, made at the first ``get()`` with the collected rollout."""
-
-    def __init__(self, group: Any, method: str, rollout: GroupFuture) -> None:
-        self.group, self.method, self.rollout = group, method, rollout
-        self._result: Any = None
-        self._done = False
-
-    def get(self) -> Any:
-        if not self._done:
-            self._result = self.group.submit(self.method, self.rollout.get()).get()
-            self._done = True
-        return self._result
+    def summary(self) -> dict[str, Any]:
+        """Mean reward of the first and last steps; with ``trainer.export_hf`` the policy is written to ``<output_dir>/model`` first."""
+        summary = summarize(self.metrics_log)
+        if self.cfg.trainer.get("export_hf"):
+            summary["model_dir"] = str(self.actor.export_hf(str(self.output_dir / MODEL_DIR)))
+        return summary
 
 
 def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:

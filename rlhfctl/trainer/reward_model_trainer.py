@@ -17,25 +17,10 @@ from rlhfctl.algorithms.preference_losses import bradley_terry_loss
 from rlhfctl.data.pairs import PreferenceDataset, PreferencePair, collate_reward_pairs
 from rlhfctl.protocol import DataProto
 from rlhfctl.trainer.metrics import mean_over_ranks
+from rlhfctl.trainer.stage_data import preference_dataset
 from rlhfctl.trainer.stage_trainer import StageTrainer
 
-__all__ = ["RewardModelTrainer", "preference_dataset"]
-
-
-def preference_dataset(trainer: StageTrainer, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
-    """Tokenize preference pairs with the recipe's data keys and length limit (shared with dpo)."""
-    data = trainer.cfg.data
-    return PreferenceDataset(
-        records,
-        trainer.tokenizer,
-        prompt_key=data.prompt_key,
-        chosen_key=data.chosen_key,
-        rejected_key=data.rejected_key,
-        max_length=data.max_length,
-        overlong=data.overlong,
-        apply_chat_template=data.apply_chat_template,
-        source=source,
-    )
+__all__ = ["RewardModelTrainer"]
 
 
 class RewardModelTrainer(StageTrainer):
@@ -47,7 +32,7 @@ class RewardModelTrainer(StageTrainer):
 
     def make_dataset(self, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
         """Tokenize preference pairs."""
-        return preference_dataset(self, records, source)
+        return preference_dataset(self.cfg, self.tokenizer, records, source)
 
     def collate(self, rows: list[PreferencePair]) -> DataProto:
         """``prompt + chosen`` and ``prompt + rejected``, right-padded to one width."""

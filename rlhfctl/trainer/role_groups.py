@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL
+from rlhfctl.recipe.resolve import present_roles
 from rlhfctl.single_controller.host import torch_threads_for
 from rlhfctl.single_controller import (
     LocalWorkerGroup,
@@ -17,9 +18,6 @@ from rlhfctl.single_controller import (
     RayWorkerGroup,
     WorkerGroup,
 )
-
-ROLE_NAMES = ("actor", "reference", "critic", "reward")
-
 
 @dataclass
 class RoleGroups:
@@ -50,11 +48,6 @@ class RoleGroups:
                 release()
 
 
-def declared_roles(cfg: DictConfig) -> dict[str, DictConfig]:
-    """Roles that the recipe declares (non-null), in pipeline order."""
-    return {name: cfg.roles[name] for name in ROLE_NAMES if cfg.roles.get(name) is not None}
-
-
 def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig]) -> int | None:
     """Torch threads per worker so every process on a single machine shares its cores without oversubscribing.
 
@@ -71,7 +64,7 @@ def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig]) -> in
 def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> RoleGroups:
     """Create the pools and one group per role; roles sharing a pool are colocated."""
     recipe = OmegaConf.to_container(cfg, resolve=True)
-    roles = declared_roles(cfg)
+    roles = {role: cfg.roles[role] for role in present_roles(cfg)}
     by_pool: dict[str, dict[str, Any]] = {}
     threads = cpu_threads_per_process(cfg, roles)
     for role, role_cfg in roles.items():

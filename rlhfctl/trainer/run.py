@@ -1,4 +1,4 @@
-"""Run a training job: start or join Ray, build the trainer, fit, and always clean up what was started."""
+"""Run a training job: pick the trainer (``algorithm.name``), start or join Ray, fit, and always clean up."""
 
 from __future__ import annotations
 
@@ -7,10 +7,36 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlhfctl.ray_cluster import start_or_join_ray
+from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.trace import brief_summary
-from rlhfctl.trainer.ppo_trainer import PPOTrainer
 from rlhfctl.trainer.reporting import Reporter
-from rlhfctl.trainer.trainers import make_trainer, run_summary
+from rlhfctl.trainer.trainer_base import TrainerBase
+
+__all__ = ["ALGORITHMS", "make_trainer", "run_training"]
+
+ALGORITHMS = ("ppo", "sft", "reward_model", "dpo")
+
+
+def make_trainer(cfg: DictConfig, reporter: Reporter) -> TrainerBase:
+    """The trainer for ``cfg.algorithm.name``: PPOTrainer (ppo, the default), SFTTrainer, RewardModelTrainer or DPOTrainer."""
+    name = str(cfg.algorithm.get("name") or "ppo")
+    if name == "ppo":
+        from rlhfctl.trainer.ppo_trainer import PPOTrainer
+
+        return PPOTrainer(cfg, reporter)
+    if name == "sft":
+        from rlhfctl.trainer.sft_trainer import SFTTrainer
+
+        return SFTTrainer(cfg, reporter)
+    if name == "reward_model":
+        from rlhfctl.trainer.reward_model_trainer import RewardModelTrainer
+
+        return RewardModelTrainer(cfg, reporter)
+    if name == "dpo":
+        from rlhfctl.trainer.dpo_trainer import DPOTrainer
+
+        return DPOTrainer(cfg, reporter)
+    raise RecipeError(f"algorithm.name: {name!r} is not one of: {', '.join(ALGORITHMS)}", "algorithm.name", "bad_choice")
 
 
 class _SilentReporter:
@@ -44,7 +70,7 @@ def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str,
         except KeyboardInterrupt:
             _save_on_interrupt(trainer, cfg, reporter)
             raise
-        summary = run_summary(trainer)
+        summary = trainer.summary()
         trace = trainer.trace_summary()
         summary.update(brief_summary(trace))
         trace_path = trainer.write_trace()
@@ -60,7 +86,7 @@ def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str,
             session.shutdown()
 
 
-def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Reporter) -> None:
+def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter) -> None:
     """On Ctrl-C, checkpoint the last completed step (if asked and not saved yet), best effort."""
     trainer.write_trace()
     step = trainer.completed_step

@@ -19,9 +19,10 @@ import numpy as np
 from omegaconf import DictConfig
 
 from rlhfctl.data.errors import DataConfigError
+from rlhfctl.data.pairs import PreferenceDataset
 from rlhfctl.data.records import load_records
 
-__all__ = ["StageRecords", "stage_records"]
+__all__ = ["StageRecords", "preference_dataset", "stage_records"]
 
 _VAL_SEED_OFFSET = 1_000_003
 _GENERATORS = {"demonstrations": "make_demonstrations", "preferences": "make_preferences"}
@@ -92,3 +93,19 @@ def stage_records(cfg: DictConfig, kind: str) -> StageRecords:
     if cfg.data.task:
         return _from_task(cfg, kind)
     raise DataConfigError(f"data.train_files: set data files with {kind} (or data.task for a bundled task)")
+
+
+def preference_dataset(cfg: DictConfig, tokenizer: Any, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
+    """Tokenize preference pairs with the recipe's data keys and length limit (reward_model and dpo)."""
+    data = cfg.data
+    return PreferenceDataset(
+        records,
+        tokenizer,
+        prompt_key=data.prompt_key,
+        chosen_key=data.chosen_key,
+        rejected_key=data.rejected_key,
+        max_length=data.max_length,
+        overlong=data.overlong,
+        apply_chat_template=data.apply_chat_template,
+        source=source,
+    )

@@ -23,16 +23,15 @@ from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.models.loading import ModelConfigError, load_tokenizer
 from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
 from rlhfctl.trainer.metrics import first_non_finite
-from rlhfctl.trainer.ppo_trainer import TrainingDiverged
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
-from rlhfctl.trainer.runtime import TrainerRuntime
 from rlhfctl.trainer.stage_data import stage_records
+from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
 
 __all__ = ["StageTrainer"]
 
 
-class StageTrainer(TrainerRuntime):
+class StageTrainer(TrainerBase):
     """Base of the sft, reward_model and dpo trainers; subclasses say what a step and an evaluation do."""
 
     algorithm: ClassVar[str] = ""

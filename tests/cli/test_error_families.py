@@ -61,7 +61,7 @@ def test_no_prompts_exits_2_with_its_message(recipe_file, capsys):
 
 
 def test_an_unknown_algorithm_name_exits_2_with_its_message(recipe_file, capsys):
-    from rlhfctl.trainer.trainers import make_trainer
+    from rlhfctl.trainer.run import make_trainer
 
     cfg = load_recipe(recipe_file)
     cfg.algorithm.name = "reinforce"

@@ -7,7 +7,11 @@ import torch
 
 from rlhfctl.single_controller import Dispatch, Execute, registered_methods
 from tests.workers.recipes import TINY_MODEL, tiny_recipe
-from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker, resolve_worker_class
+from rlhfctl.recipe import recipe_from_dict
+from rlhfctl.recipe.check_workers import check_workers
+from rlhfctl.recipe.importing import import_class
+from rlhfctl.recipe.schema import ActorRole, CriticRole, ReferenceRole, RewardRole
+from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
 from workers.recipe import (
     ACTOR_DEFAULTS,
     DEFAULT_INLINE_MODEL,
@@ -29,6 +33,13 @@ def test_missing_and_null_keys_take_defaults_and_trainer_fallbacks():
     optim = optim_config(recipe, "actor")
     assert optim["lr"] == 1e-2 and optim["betas"] == [0.9, 0.999] and optim["lr_schedule"] == "constant"
     assert kl_config({"algorithm": {"kl": {"kind": "k1"}}})["loss_kind"] == "k1"
+
+
+def test_the_critics_own_warmup_replaces_its_optimizers_when_positive():
+    """roles.critic.warmup_steps (schema: "when > 0 it replaces optim.warmup_steps") reaches the critic's schedule."""
+    assert optim_config(tiny_recipe(roles={"critic": {"warmup_steps": 3, "optim": {"warmup_steps": 1}}}), "critic")["warmup_steps"] == 3
+    assert optim_config(tiny_recipe(roles={"critic": {"warmup_steps": 0, "optim": {"warmup_steps": 1}}}), "critic")["warmup_steps"] == 1
+    assert optim_config(tiny_recipe(roles={"actor": {"optim": {"warmup_steps": 2}}}), "actor")["warmup_steps"] == 2
 
 
 def test_reference_and_critic_fall_back_to_the_actor_model():
@@ -122,9 +133,13 @@ def test_registered_methods_and_their_dispatch_modes():
 
 
 def test_worker_classes_resolve_by_role_or_import_path():
-    assert resolve_worker_class("actor") is ActorWorker
-    assert resolve_worker_class("anything", "workers.critic:CriticWorker") is CriticWorker
-    with pytest.raises(TypeError, match="must subclass"):
-        resolve_worker_class("actor", "torch.nn:Linear")
-    with pytest.raises(ValueError, match="no default worker class"):
-        resolve_worker_class("judge")
+    """The schema names each role's default class; any module.Class or module:Class imports (workers/registry.py is gone)."""
+    defaults = {"actor": (ActorRole, ActorWorker), "critic": (CriticRole, CriticWorker),
+                "reference": (ReferenceRole, ReferenceWorker), "reward": (RewardRole, RewardWorker)}
+    for role, (section, cls) in defaults.items():
+        assert import_class(section().worker, f"roles.{role}.worker") is cls
+    assert import_class("workers.critic:CriticWorker", "roles.critic.worker") is CriticWorker
+    recipe = {"roles": {"actor": {"worker": "torch.nn:Linear", "model": TINY_MODEL}}, "data": {"task": "digits"}}
+    issues = check_workers(recipe_from_dict(recipe))
+    assert [issue.key_path for issue in issues] == ["roles.actor.worker"]
+    assert "lacks registered method(s)" in issues[0].message

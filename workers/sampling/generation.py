@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from rlhfctl.protocol import DataProto
-from workers.decode_mask import decode_attention_mask
-from workers.fast_decode import fast_decoder
+from workers.sampling.decode_mask import decode_attention_mask
+from workers.sampling.fast_decode import fast_decoder
 from workers.forward import base_model, cache_from, lm_forward
-from workers.kv_cache import preallocated_cache
+from workers.sampling.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 
 __all__ = ["SamplingParams", "eos_token_ids", "filter_logits", "generate_batch", "sample_responses"]
@@ -157,7 +157,7 @@ def sample_responses(
             mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
         rows = mask.shape[0]
         next_position = positions[:, -1:] + 1
-        # With our cache, llama-family models decode in fewer ops (workers/fast_decode.py); other models
+        # With our cache, llama-family models decode in fewer ops (workers/sampling/fast_decode.py); other models
         # get the decoding steps' 4D mask built once, or else the 2D mask growing per token.
         decoder = step_masks = None
         if cache_is_ours:

@@ -1,4 +1,4 @@
-"""What every trainer does around its loop: start the workers, record the trace, checkpoint, resume, stop."""
+"""What every trainer (PPO and the stage trainers) shares around its loop: workers, trace, checkpoints, resume, stop."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from rlhfctl.errors import Diverged
 from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
@@ -18,8 +19,12 @@ from rlhfctl.trainer.role_groups import RoleGroups
 TRACE_FLUSH_TIMEOUT_S = 60.0
 
 
-class TrainerRuntime:
-    """Base of the PPO and stage trainers; subclasses provide the loop and say which groups train.
+class TrainingDiverged(Diverged):
+    """A loss or reward became NaN or infinite; the last good checkpoint is kept."""
+
+
+class TrainerBase:
+    """Base of the PPO and stage trainers; subclasses provide the loop, say which groups train and sum up a run.
 
     Subclasses set ``cfg``, ``reporter``, ``output_dir``, ``batcher`` and ``groups`` in ``__init__``,
     then call :meth:`_start_runtime`.
@@ -43,6 +48,14 @@ class TrainerRuntime:
         """The groups whose state a checkpoint holds."""
         raise NotImplementedError
 
+    def fit(self) -> dict[str, float]:
+        """Run the training steps; returns the last step's metrics."""
+        raise NotImplementedError
+
+    def summary(self) -> dict[str, Any]:
+        """The end-of-run summary the CLI prints (and the exports a finished run writes)."""
+        raise NotImplementedError
+
     def batcher_state(self) -> dict[str, Any]:
         """The data order to checkpoint: where the next step's batch comes from."""
         return self.batcher.state_dict()
@@ -57,7 +70,7 @@ class TrainerRuntime:
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
         """Build every role's model (in parallel), then resume if the recipe asks to."""
-        futures = [group.submit("init_model") for group in self.groups.all()]
+        futures = [group.init_model.submit() for group in self.groups.all()]
         for future in futures:
             future.get()
         self._write_placement()

@@ -8,9 +8,9 @@ import torch.multiprocessing as mp
 
 from rlhfctl.models.loading import load_causal_lm
 from tests.workers.recipes import TINY_MODEL, tokenizer
-from workers import prompt_sharing
+from workers.sampling import prompt_sharing
 from workers.log_probs import position_ids_from_mask, sequence_log_probs
-from workers.prompt_sharing import SHARED_PROMPT_ENV, distinct_prompt_rows
+from workers.sampling.prompt_sharing import SHARED_PROMPT_ENV, distinct_prompt_rows
 from workers.training import enable_activation_checkpointing
 
 

@@ -7,10 +7,10 @@ import torch
 
 from rlhfctl.models.loading import load_causal_lm
 from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
-from workers.fast_decode import FastDecoder, fast_decoder
+from workers.sampling.fast_decode import FastDecoder, fast_decoder
 from workers.forward import base_model, cache_from, lm_forward
-from workers.generation import SamplingParams, sample_responses
-from workers.kv_cache import preallocated_cache
+from workers.sampling.generation import SamplingParams, sample_responses
+from workers.sampling.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 from workers.lora import apply_lora
 

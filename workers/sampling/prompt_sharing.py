@@ -11,7 +11,7 @@ of them; with 128-token prompts, about 60%.
 
 Two calls instead of one cost a fixed overhead, which a toy model (hidden 64) does not earn back, so the
 shared pass runs only when ``saved positions x hidden_size^2`` reaches :data:`MIN_SAVED_WORK`. It also
-needs a model whose cache layers are plain full attention (``workers.kv_cache.full_attention_cache``),
+needs a model whose cache layers are plain full attention (``workers.sampling.kv_cache.full_attention_cache``),
 the ``sdpa`` or ``eager`` attention kernel (the ones it is tested with), and no gradient checkpointing
 while training (transformers turns the cache off there).
 ``RLHFCTL_SHARED_PROMPT_PASS=0`` turns it off, ``=1`` uses it whenever the model allows.
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from workers.forward import base_model, cache_from, lm_forward
-from workers.kv_cache import full_attention_cache
+from workers.sampling.kv_cache import full_attention_cache
 from workers.training import unwrap
 
 __all__ = ["MIN_SAVED_WORK", "SHARED_PROMPT_ENV", "distinct_prompt_rows", "shared_prompt_logits"]

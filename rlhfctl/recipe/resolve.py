@@ -1,0 +1,172 @@
+"""The effective recipe: a validated recipe with its fallbacks filled in and its derived values named, once.
+
+A recipe key is declared, with its default, in :mod:`rlhfctl.recipe.schema`. What a key *means* once
+the other keys are known is decided here and nowhere else:
+
+- a role's ``ppo_epochs`` / ``mini_batch_size`` (null: the ``trainer`` value), :func:`role_setting`;
+- who computes the reference log-probs (the reference role, the LoRA actor, or nobody),
+  :func:`reference_source`;
+- whether the step needs a separate old-log-prob pass, :func:`needs_old_log_probs`;
+- the rows of one optimizer step on one rank, :func:`samples_per_rank`;
+- a role's learning-rate warmup (``roles.critic.warmup_steps`` > 0 replaces ``optim.warmup_steps``),
+  :func:`warmup_steps`.
+
+The trainer, ``validate`` / ``inspect-dispatch`` (:mod:`rlhfctl.recipe.arithmetic`,
+:mod:`rlhfctl.recipe.dataflow`) and the role workers (``workers/recipe.py``) read these. The functions
+take any mapping with ``.get``: an OmegaConf recipe, or the plain dict a worker receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlhfctl.recipe.schema import ROLE_NAMES
+
+__all__ = [
+    "TRAINER_FALLBACKS",
+    "EffectiveRecipe",
+    "RoleUpdate",
+    "needs_old_log_probs",
+    "present_roles",
+    "reference_source",
+    "resolve",
+    "role_setting",
+    "role_update",
+    "samples_per_rank",
+    "warmup_steps",
+]
+
+#: Role keys whose null means "the trainer's value" (``roles.<role>.ppo_epochs: null`` -> ``trainer.ppo_epochs``).
+TRAINER_FALLBACKS: tuple[str, ...] = ("ppo_epochs", "mini_batch_size")
+
+#: The roles that take optimizer steps during a PPO step, in the order the step updates them.
+UPDATING_ROLES: tuple[str, ...] = ("critic", "actor")
+
+
+def present_roles(cfg: Any) -> list[str]:
+    """Roles that are configured (not null), in the fixed order actor, reference, critic, reward."""
+    roles = cfg.get("roles") or {}
+    return [name for name in ROLE_NAMES if roles.get(name) is not None]
+
+
+def role_setting(role_section: Any, trainer_section: Any, key: str) -> Any:
+    """A role's ``key``, or the trainer's when the role leaves it null (the one home of that fallback)."""
+    value = role_section.get(key)
+    return trainer_section.get(key) if value is None else value
+
+
+def setting_key(cfg: Any, role: str, key: str) -> str:
+    """The key path that supplies ``role``'s effective ``key`` (for messages): the role's own, or the trainer's."""
+    own = cfg["roles"][role].get(key)
+    return f"roles.{role}.{key}" if own is not None or key not in TRAINER_FALLBACKS else f"trainer.{key}"
+
+
+@dataclass(frozen=True)
+class RoleUpdate:
+    """How an updating role (actor, critic) trains on a step's batch, fallbacks filled in."""
+
+    role: str
+    ppo_epochs: int
+    mini_batch_size: int
+    micro_batch_size: int | None
+    mini_batch_key: str
+
+
+def role_update(cfg: Any, role: str) -> RoleUpdate:
+    """The effective epochs, mini- and micro-batch size of ``role`` (roles.<role>.<key>, else trainer.<key>)."""
+    section, trainer = cfg["roles"][role], cfg["trainer"]
+    micro = section.get("micro_batch_size")
+    return RoleUpdate(
+        role=role,
+        ppo_epochs=int(role_setting(section, trainer, "ppo_epochs")),
+        mini_batch_size=int(role_setting(section, trainer, "mini_batch_size")),
+        micro_batch_size=None if micro is None else int(micro),
+        mini_batch_key=setting_key(cfg, role, "mini_batch_size"),
+    )
+
+
+def reference_source(cfg: Any) -> str | None:
+    """Who computes reference log-probs: "reference", "actor" (LoRA, adapter disabled) or None."""
+    roles = cfg.get("roles") or {}
+    if roles.get("reference") is not None:
+        return "reference"
+    actor = roles.get("actor")
+    if actor is not None and actor.get("lora") is not None:
+        return "actor"
+    return None
+
+
+def needs_old_log_probs(cfg: Any) -> bool:
+    """True when the step needs a separate ``actor.compute_log_prob`` pass (several epochs or mini-batches, or in-reward KL).
+
+    With one epoch over one mini-batch the policy has not moved when the loss is taken, so the
+    detached current log-probs are the old ones.
+    """
+    actor = role_update(cfg, "actor")
+    batch_size = int(cfg["trainer"]["batch_size"])
+    return bool(actor.ppo_epochs > 1 or actor.mini_batch_size < batch_size or cfg["algorithm"]["kl"]["use_in_reward"])
+
+
+def samples_per_rank(mini_batch_prompts: int | None, n: int, world_size: int, rows: int) -> int:
+    """Rows of one optimizer step on one rank: ``mini_batch_size * n / world_size``, within [1, rows]."""
+    if mini_batch_prompts is None:
+        return rows
+    share = int(mini_batch_prompts) * int(n) // int(world_size)
+    return max(1, min(rows, share))
+
+
+def warmup_steps(role_section: Any, optim_section: Any) -> int:
+    """Learning-rate warmup of a role's optimizer: the role's own ``warmup_steps`` when > 0, else ``optim.warmup_steps``."""
+    own = int(role_section.get("warmup_steps") or 0)
+    return own if own > 0 else int(optim_section.get("warmup_steps") or 0)
+
+
+@dataclass(frozen=True)
+class EffectiveRecipe:
+    """What a validated PPO recipe means for one training step: the values the step and its workers use."""
+
+    roles: tuple[str, ...]
+    reference_source: str | None
+    needs_old_log_probs: bool
+    updates: dict[str, RoleUpdate]
+    prompts_per_step: int
+    samples_per_step: int
+    kl_in_reward: bool
+    kl_loss: bool
+    greedy_baseline: bool
+    critic_warmup_steps: int
+    parallel_updates: bool
+
+    @property
+    def has_critic(self) -> bool:
+        """A critic role is configured (values in, a value-loss update out)."""
+        return "critic" in self.roles
+
+    def updates_actor(self, step: int) -> bool:
+        """Whether step ``step`` (from 1) updates the actor: not during ``trainer.critic_warmup_steps``."""
+        return step > self.critic_warmup_steps
+
+
+def resolve(cfg: Any) -> EffectiveRecipe:
+    """The effective recipe of a validated PPO-family recipe (see the module docstring for what is decided here)."""
+    roles = tuple(present_roles(cfg))
+    kl = cfg["algorithm"]["kl"]
+    source = reference_source(cfg)
+    prompts = int(cfg["trainer"]["batch_size"])
+    updating = [role for role in UPDATING_ROLES if role in roles]
+    pools = {role: str(cfg["roles"][role].get("pool")) for role in updating}
+    return EffectiveRecipe(
+        roles=roles,
+        reference_source=source,
+        needs_old_log_probs=needs_old_log_probs(cfg),
+        updates={role: role_update(cfg, role) for role in updating},
+        prompts_per_step=prompts,
+        samples_per_step=prompts * int(cfg["rollout"]["n"]),
+        kl_in_reward=bool(kl["use_in_reward"]) and source is not None,
+        kl_loss=bool(kl["use_kl_loss"]) and source is not None,
+        greedy_baseline=cfg["algorithm"]["adv_estimator"] == "remax",
+        critic_warmup_steps=int(cfg["trainer"]["critic_warmup_steps"]),
+        # Roles on separate pools update at once; colocated ones share a process and run in turn.
+        parallel_updates=len(set(pools.values())) == len(updating) == 2,
+    )

@@ -1,0 +1,136 @@
+"""A step's rollout: the prompts sent to the actor, with reward, values and reference log-probs queued behind generation.
+
+All the futures of the PPO step's first half live here, so ``PPOTrainer.train_step`` reads as its
+phases. :class:`Rollouts` draws each step's prompts and sends them; with ``trainer.overlap_rollout`` it
+sends the next step's before this step ends. A :class:`Rollout` is one step's calls in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import WorkerGroup
+from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
+from rlhfctl.single_controller.worker_group import GroupMethod
+from rlhfctl.trainer.prompt_source import to_dataproto
+
+__all__ = ["Rollout", "Rollouts", "join"]
+
+
+def join(batch: DataProto, futures: list[Any]) -> DataProto:
+    """The batch with the futures' results joined in, on the driver."""
+    return PendingUnion(batch, tuple(futures)).get() if futures else batch
+
+
+@dataclass
+class Rollout:
+    """One step's calls in flight: generation, then reward, values (with a critic) and reference log-probs (with a reference)."""
+
+    prompts: DataProto
+    generated: GroupFuture
+    reward: Any
+    values: Any | None
+    reference: Any | None
+
+    def responses(self) -> DataProto:
+        """The generated batch: prompts, responses and their masks (waits for the actor)."""
+        return self.generated.get()
+
+    def scored(self, batch: DataProto, reference_on_driver: bool) -> tuple[DataProto, list[Any]]:
+        """``batch`` with the reward and the values joined, and the reference log-probs when ``reference_on_driver``.
+
+        Otherwise the reference future is returned pending: it joins the batch on the actor's ranks
+        during ``update_actor`` (see ``union_pending``), so the update is sent while the reference pass
+        still runs. The KL penalty in the reward and batch balancing read it on the driver first.
+        """
+        batch = join(batch, [future for future in (self.reward, self.values) if future is not None])
+        if self.reference is None:
+            return batch, []
+        if reference_on_driver:
+            return join(batch, [self.reference]), []
+        return batch, [self.reference]
+
+
+class _CallWhenNeeded:
+    """A scoring call on a group in the driver process, made at the first ``get()`` with the collected rollout."""
+
+    def __init__(self, method: GroupMethod, generated: GroupFuture) -> None:
+        self.method, self.generated = method, generated
+        self._result: Any = None
+        self._done = False
+
+    def get(self) -> Any:
+        if not self._done:
+            self._result = self.method.submit(self.generated.get()).get()
+            self._done = True
+        return self._result
+
+
+class Rollouts:
+    """Draws each step's prompts, sends them to the actor and queues the scoring calls behind generation.
+
+    Reward, values and reference log-probs are independent calls, in flight together. They are sent
+    before the rollout is back: a group with the actor's world size is fed the rollout future itself,
+    so each rank starts from its own shard as soon as generation ends, without a round trip through
+    the driver; other groups get the rollout fetched by the driver. The reference goes last: colocated
+    roles run in submission order, and the advantages need only the reward and the values. A reward in
+    the driver (``pool: driver``) is scored when the driver first needs it: a call there runs when it is
+    made, and would wait for the rollout.
+    """
+
+    def __init__(self, cfg: DictConfig, batcher: Any, tokenizer: Any, actor: WorkerGroup, reward: WorkerGroup,
+                 critic: WorkerGroup | None, reference: WorkerGroup | None) -> None:
+        self.trainer_cfg = cfg.trainer
+        self.batcher, self.tokenizer = batcher, tokenizer
+        self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
+        self._ahead: Rollout | None = None
+        self._batcher_state_before_draw: dict[str, Any] = {}
+
+    def next(self) -> Rollout:
+        """This step's rollout: the one sent ahead during the last step, or one sent now."""
+        rollout, self._ahead = self._ahead or self._send(), None
+        return rollout
+
+    def send_ahead(self, step: int) -> None:
+        """Send the next step's rollout now, when ``step`` allows it (see :meth:`may_send_ahead`)."""
+        if self.may_send_ahead(step):
+            self._ahead = self._send()  # queued behind the update on the actor's ranks
+
+    def may_send_ahead(self, step: int) -> bool:
+        """Whether to send the next step's rollout before this step ends (``trainer.overlap_rollout``).
+
+        A rank runs the calls it is sent in order, so generation starts on the weights this step's
+        update leaves, exactly as if it were sent after the update returned; the driver's end-of-step
+        work then overlaps generation. Not after steps that save or validate (those calls must come
+        first), nor at the last step, nor on the local backend (its calls run as they are sent).
+        """
+        cfg = self.trainer_cfg
+        if not cfg.overlap_rollout or self.actor.backend != "ray" or step >= cfg.total_steps:
+            return False
+        return not (cfg.save_every and step % cfg.save_every == 0) and not (cfg.val_every and step % cfg.val_every == 0)
+
+    def batcher_state(self) -> dict[str, Any]:
+        """The prompt order as of the last completed step, even when the next step's prompts are drawn."""
+        return self._batcher_state_before_draw if self._ahead is not None else self.batcher.state_dict()
+
+    def _send(self) -> Rollout:
+        self._batcher_state_before_draw = self.batcher.state_dict()
+        prompts = to_dataproto(next(self.batcher), self.tokenizer)
+        generated = self.actor.generate_sequences.submit(prompts)
+        reward = self._score(self.reward, self.reward.compute_rewards, generated)
+        values = None if self.critic is None else self._score(self.critic, self.critic.compute_values, generated)
+        reference = (None if self.reference is None
+                     else self._score(self.reference, self.reference.compute_ref_log_prob, generated))
+        return Rollout(prompts, generated, reward, values, reference)
+
+    def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
+        """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""
+        if group.backend == "local" and self.actor.backend != "local":  # a group of the driver process (pool: driver)
+            return _CallWhenNeeded(method, generated)
+        if group.world_size == self.actor.world_size:
+            return method.submit(generated)
+        return method.submit(generated.get())
