@@ -66,7 +66,8 @@ def _barrier() -> None:
 def _options(module: nn.Module) -> Any:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(ignore_frozen_params=is_lora(module))
+    lora = is_lora(module)  # the adapter only: the frozen base is model.path's (non-strict load)
+    return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
 
 
 def _sharded_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
