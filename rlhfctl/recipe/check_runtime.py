@@ -11,7 +11,7 @@ from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
 from rlhfctl.recipe.report import Issue, error, warning
 from rlhfctl.recipe.roles import present_roles
 
-__all__ = ["check_pools", "check_models", "check_resume"]
+__all__ = ["check_pools", "check_models", "check_resume", "check_strategies"]
 
 
 def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
@@ -138,3 +138,29 @@ def check_resume(cfg: Any) -> list[Issue]:
     if resume in ("never", "auto") or Path(os.path.expanduser(resume)).exists():
         return []
     return [error("trainer.resume", f"trainer.resume: checkpoint not found: {resume} (use never, auto or an existing checkpoint path)")]
+
+
+def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+    """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload`` without fsdp2."""
+    from workers.engine import resolve_strategy  # the one home of the strategy default
+
+    issues = []
+    for role in present_roles(cfg):
+        section = cfg.roles[role]
+        strategy = section.get("strategy")
+        if role == "reward" and section.get("model") is None and str(cfg.algorithm.get("name", "ppo")) != "reward_model":
+            if strategy is not None:
+                key = f"roles.{role}.strategy"
+                issues.append(error(key, (
+                    f"{key}: {strategy} places a model across ranks, but roles.{role} scores with a reward function "
+                    f"(no roles.{role}.model); remove the strategy or set roles.{role}.model"
+                )))
+            continue
+        fsdp = section.get("fsdp") or {}
+        pool = pools.get(str(section.get("pool")))
+        world = pool.world_size if pool is not None else 1
+        if fsdp.get("cpu_offload") and resolve_strategy(strategy, world) != "fsdp2":
+            key = f"roles.{role}.fsdp.cpu_offload"
+            why = f"roles.{role}.strategy is {strategy}" if strategy else f"the role has {world} rank, so its strategy is ddp"
+            issues.append(error(key, f"{key}: CPU offload needs strategy fsdp2, but {why}; set roles.{role}.strategy: fsdp2"))
+    return issues

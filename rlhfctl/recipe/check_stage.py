@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlhfctl.recipe.check_data import check_data
-from rlhfctl.recipe.check_runtime import check_model, check_pools, check_resume
+from rlhfctl.recipe.check_runtime import check_model, check_pools, check_resume, check_strategies
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import PoolInfo
@@ -33,6 +33,7 @@ def check_stage(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
     issues += _models(cfg, roles)
     issues += check_resume(cfg)
     issues += _shards(cfg, pools, spec.trained_role)
+    issues += check_strategies(only_roles(cfg, roles), pools)
     return pools, issues
 
 

@@ -1,0 +1,42 @@
+"""roles.<role>.strategy / roles.<role>.fsdp.*: bad combinations exit 2 naming the key; good ones validate."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlhfctl.cli import app
+from tests.recipe.builders import BASE_RECIPE, write_recipe
+from workers.engine import resolve_strategy
+
+
+@pytest.fixture
+def runner():
+    from typer.testing import CliRunner
+
+    return CliRunner()
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["roles.reward.strategy=fsdp2"], "roles.reward.strategy"),  # a reward function has no model to shard
+    (["roles.actor.strategy=ddp", "roles.actor.fsdp.cpu_offload=true"], "roles.actor.fsdp.cpu_offload"),
+    (["resource_pools.main.process_on_nodes=[1]", "roles.actor.fsdp.cpu_offload=true"], "roles.actor.fsdp.cpu_offload"),
+    (["roles.actor.strategy=zero3"], "roles.actor.strategy"),
+])
+def test_bad_strategy_settings_exit_2_naming_the_key(runner, tmp_path, overrides, key):
+    result = runner.invoke(app, ["validate", str(write_recipe(tmp_path, BASE_RECIPE)), *overrides])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert key in result.stderr
+
+
+def test_fsdp2_with_offload_and_export_dtype_validate(runner, tmp_path):
+    overrides = ["roles.actor.strategy=fsdp2", "roles.actor.fsdp.cpu_offload=true", "roles.reference.strategy=ddp",
+                 "trainer.export_dtype=bfloat16", "roles.actor.fsdp.reshard_after_forward=false"]
+    result = runner.invoke(app, ["validate", str(write_recipe(tmp_path, BASE_RECIPE)), *overrides])
+    assert result.exit_code == 0, result.output
+
+
+def test_the_default_strategy_is_fsdp2_with_more_than_one_rank():
+    assert resolve_strategy(None, 2) == "fsdp2"
+    assert resolve_strategy(None, 1) == "ddp"
+    assert resolve_strategy("ddp", 8) == "ddp"
