@@ -65,6 +65,7 @@ def total_state(sizes: dict[str, int]) -> int:
     return sizes["params"] + sizes["grads"] + sizes["optimizer"]
 
 
+@pytest.mark.slow
 def test_fsdp2_ddp_and_one_rank_agree_and_fsdp2_halves_the_state(ray_session, tmp_path):
     batch = fixed_batch()
     with local_group(ActorWorker, engine_recipe(), "actor") as single:
@@ -131,6 +132,7 @@ def test_bf16_compute_keeps_float32_master_weights_that_move_at_lr_1e6(tmp_path)
     assert changed_share(tmp_path / "before", tmp_path / "after") > 0.5
 
 
+@pytest.mark.slow
 def test_fsdp2_bf16_and_lora_under_fsdp2(ray_session, tmp_path):
     from transformers import AutoModelForCausalLM
 
