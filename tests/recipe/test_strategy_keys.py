@@ -40,3 +40,19 @@ def test_the_default_strategy_is_fsdp2_with_more_than_one_rank():
     assert resolve_strategy(None, 2) == "fsdp2"
     assert resolve_strategy(None, 1) == "ddp"
     assert resolve_strategy("ddp", 8) == "ddp"
+
+
+@pytest.mark.parametrize("name, world, strategy", [("qwen2.5-0.5b-gsm8k.yaml", 1, "ddp"), ("colocated-8gpu.yaml", 8, "fsdp2")])
+def test_the_shipped_gpu_recipes_keep_float32_masters_under_bf16_compute(name, world, strategy):
+    import torch
+    from omegaconf import OmegaConf
+
+    from rlhfctl.recipe import load_recipe
+    from tests.trainer.test_training_runs import RECIPES
+    from workers.engine import engine_settings
+
+    recipe = OmegaConf.to_container(load_recipe(RECIPES / name), resolve=True)
+    settings = engine_settings(recipe, "actor", recipe["roles"]["actor"]["model"]["dtype"], world, trainable=True)
+    assert (settings.strategy, settings.compute_dtype, settings.storage_dtype) == (strategy, torch.bfloat16, torch.float32)
+    frozen = engine_settings(recipe, "reference", recipe["roles"]["actor"]["model"]["dtype"], world, trainable=False)
+    assert frozen.storage_dtype == torch.bfloat16
