@@ -1,4 +1,4 @@
-"""Optimisation plumbing shared by the trainable roles: optimizer, LR schedule, DDP, and the
+"""Optimisation plumbing shared by the trainable roles: optimizer, LR schedule, and the
 epoch / mini-batch / micro-batch loop with gradient accumulation and clipping.
 
 One optimizer step per mini-batch; gradients of its micro-batches are accumulated (each loss scaled by
@@ -34,7 +34,6 @@ __all__ = [
     "optimize_on_batch",
     "trainable_parameters",
     "unwrap",
-    "wrap_ddp",
 ]
 
 SCHEDULES = ("constant", "linear", "cosine")
@@ -106,14 +105,6 @@ def build_scheduler(
 def distributed() -> bool:
     """True inside an initialised torch.distributed group of more than one rank."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
-    """DistributedDataParallel around ``model`` when distributed; the model itself otherwise."""
-    if not distributed():
-        return model
-    device_ids = [device.index if device.index is not None else 0] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
