@@ -194,7 +194,7 @@ def shard_model(module: nn.Module, settings: EngineSettings, device: torch.devic
         if not settings.cpu_offload:
             module.to(device)
         return module
-    module.to(device=device, dtype=settings.storage_dtype) if not settings.trainable else module.to(device)
+    module.to(device)
     if settings.autocast:
         hooks = _Autocast(device.type, settings.compute_dtype)
         module.register_forward_pre_hook(hooks.enter)
@@ -290,16 +290,25 @@ def module_device(module: nn.Module) -> torch.device:
     return parameter.to_local().device if isinstance(parameter, DTensor) else parameter.device
 
 
-def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> float:
-    """Clip to the global gradient norm, over every shard of every rank; returns that norm."""
+def _full_tensor(tensor: Any) -> torch.Tensor:
+    """The whole of a DTensor (a plain tensor as it is); CPU-offloaded shards hop to CUDA for NCCL."""
     from torch.distributed.tensor import DTensor
 
+    if not isinstance(tensor, DTensor):
+        return tensor
+    local = tensor.to_local()
+    if local.device.type == "cpu" and dist.get_backend() == "nccl":
+        moved = DTensor.from_local(local.cuda(), tensor.device_mesh, tensor.placements, shape=tensor.shape, stride=tensor.stride())
+        return moved.full_tensor().to(local.device)
+    return tensor.full_tensor()
+
+
+def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> float:
+    """Clip to the global gradient norm, over every shard of every rank; returns that norm."""
     grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
     if not grads:
         return 0.0
-    total = torch.nn.utils.get_total_norm(grads, 2.0)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
+    total = _full_tensor(torch.nn.utils.get_total_norm(grads, 2.0))
     if max_norm != float("inf"):
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
     return float(total)
@@ -314,11 +323,9 @@ def full_state_items(module: nn.Module, dtype: torch.dtype | None = None) -> Ite
     Collective under FSDP2: every rank must iterate to the end. Tensors are on the module's device;
     floating ones are cast to ``dtype`` when given.
     """
-    from torch.distributed.tensor import DTensor
-
     inner = module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
     for name, tensor in inner.state_dict().items():
-        value = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        value = _full_tensor(tensor)
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
         yield name, value.detach()
