@@ -165,14 +165,16 @@ def test_fsdp2_bf16_and_lora_under_fsdp2(ray_session, tmp_path):
     torch.testing.assert_close(direct, policy, atol=1e-5, rtol=1e-5)
 
 
-def test_fsdp2_at_world_1_with_activation_checkpointing_matches_the_plain_module():
+def test_fsdp2_at_world_1_with_activation_checkpointing_and_offload_matches_the_plain_module():
     batch = fixed_batch()
     results = {}
-    for strategy in ("ddp", "fsdp2"):  # world 1: a plain module, and FSDP2 on a one-rank group (local backend)
-        recipe = engine_recipe(strategy=strategy, model={"gradient_checkpointing": True})
+    # World 1: a plain module, and FSDP2 on a one-rank group (the local backend), also with CPU offload.
+    for name, strategy, offload in (("ddp", "ddp", False), ("fsdp2", "fsdp2", False), ("offload", "fsdp2", True)):
+        recipe = engine_recipe(strategy=strategy, model={"gradient_checkpointing": True}, fsdp={"cpu_offload": offload})
         with local_group(ActorWorker, recipe, "actor") as actor:
             old = actor.compute_log_prob(batch).batch["old_log_probs"]
-            results[strategy] = (old, actor.update_actor(off_policy(batch, old))[0])
-    torch.testing.assert_close(results["fsdp2"][0], results["ddp"][0], atol=1e-5, rtol=1e-5)
-    for key in ("actor/pg_loss", "actor/grad_norm"):
-        assert results["fsdp2"][1][key] == pytest.approx(results["ddp"][1][key], rel=1e-5), key
+            results[name] = (old, actor.update_actor(off_policy(batch, old))[0])
+    for name in ("fsdp2", "offload"):
+        torch.testing.assert_close(results[name][0], results["ddp"][0], atol=1e-5, rtol=1e-5)
+        for key in ("actor/pg_loss", "actor/grad_norm"):
+            assert results[name][1][key] == pytest.approx(results["ddp"][1][key], rel=1e-5), (name, key)
