@@ -5,10 +5,16 @@
 1. The fast decoding step (workers/sampling/fast_decode.py) against transformers' step on CUDA, in float32 and
    bfloat16: the largest logit difference and whether greedy sampling gives the same tokens.
 2. Sampling time on CUDA with the fast step and without (``RLHFCTL_FAST_DECODE=0``), alternating.
-3. The quickstart recipe trained for a few steps with ``resource_pools.main.use_gpu=true`` on a
-   private local Ray (NCCL is picked for CUDA workers), and the reward it reached.
+3. The quickstart recipe trained for a few steps with ``resource_pools.main.use_gpu=true``, with
+   ``ray.backend: local`` by default (a GPU box may have no Ray; ``--backend ray`` uses a private local
+   Ray, where NCCL is picked for CUDA workers), and the reward it reached.
+4. The training engine on a Qwen2.5-0.5B-shaped model (inline config, random weights, 494M parameters):
+   FSDP2 at world 1, bf16 compute over float32 master weights, one rollout of 256-token responses and one
+   PPO update; rollout and update tokens/s, ``torch.cuda.max_memory_allocated`` against the analytic
+   state (``P x (4 + 4 + 8)`` bytes of float32 weights, gradients and AdamW state, plus the bf16 copy
+   gathered for sampling), and whether the float32 masters moved at lr 1e-6.
 
-Exits 1 when a check fails, 2 when there is no CUDA device. Nothing is downloaded.
+Exits 1 when a check fails, 2 when there is no CUDA device. Nothing is downloaded. About 3-5 minutes.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ from workers.sampling.kv_cache import preallocated_cache  # noqa: E402
 from workers.log_probs import position_ids_from_mask  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "quickstart.yaml"
+# Qwen2.5-0.5B's architecture (config.json of Qwen/Qwen2.5-0.5B-Instruct), built with random weights.
+QWEN_05B = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True,
+            "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
 MODEL = {"config": {"model_type": "qwen2", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
                     "num_key_value_heads": 2, "intermediate_size": 512, "max_position_embeddings": 256}}
 STEPS = 16
@@ -86,10 +96,68 @@ def sample(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, fast: 
     return responses
 
 
+def engine_check(prompts: int, samples: int, response: int, use_gpu: bool = True) -> dict:
+    """FSDP2 world 1, bf16 compute, 256-token responses on the Qwen2.5-0.5B shape: throughput and memory."""
+    import numpy as np
+
+    from rlhfctl.protocol import DataProto
+    from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup
+    from workers import ActorWorker
+
+    recipe = {
+        "trainer": {"seed": 0, "total_steps": 10, "ppo_epochs": 1, "batch_size": prompts},
+        "rollout": {"n": samples, "max_new_tokens": response, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "do_sample": True},
+        "resource_pools": {"main": {"use_gpu": use_gpu}},
+        "data": {"task": "digits"},
+        "roles": {"actor": {"strategy": "fsdp2", "micro_batch_size": 8, "optim": {"lr": 1e-6},
+                            "model": {"config": dict(QWEN_05B), "dtype": "bfloat16", "gradient_checkpointing": True}},
+                  "reward": {"function": "rlhfctl.tasks.digits:score"}},
+    }
+    torch.cuda.reset_peak_memory_stats()
+    group = LocalWorkerGroup(1, ClassWithInitArgs(ActorWorker, recipe, "actor"), role="actor")
+    try:
+        group.init_model()
+        worker = group.workers[0]
+        count = sum(p.numel() for p in worker.module.parameters())
+        ids = torch.randint(5, 60, (prompts, 16), generator=torch.Generator().manual_seed(0))
+        batch = DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                    non_tensors={"uid": np.asarray([f"p{i}" for i in range(prompts)], dtype=object)})
+        before = group.state_fingerprint()[0]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        rollout = group.generate_sequences(batch)
+        torch.cuda.synchronize()
+        generate_s = time.perf_counter() - start
+        tokens = int(rollout.batch["response_mask"].sum())
+        advantages = torch.randn(rollout.batch["responses"].shape, generator=torch.Generator().manual_seed(1))
+        update = rollout.union(DataProto.from_dict({"advantages": advantages}))
+        start = time.perf_counter()
+        metrics = group.update_actor(update)[0]
+        torch.cuda.synchronize()
+        update_s = time.perf_counter() - start
+        moved = group.state_fingerprint()[0] != before
+        dtypes = sorted({str(p.dtype) for p in worker.module.parameters()})
+    finally:
+        group.shutdown()
+    gib = 1 << 30
+    predicted = count * (4 + 4 + 8 + 2)
+    peak = torch.cuda.max_memory_allocated()
+    return {
+        "engine_parameters_m": round(count / 1e6, 1), "engine_master_dtypes": dtypes,
+        "engine_rollout_tokens": tokens, "engine_rollout_tokens_per_s": tokens / generate_s,
+        "engine_update_tokens_per_s": int(update.batch["attention_mask"].sum()) / update_s,
+        "engine_grad_norm": metrics["actor/grad_norm"], "engine_masters_moved": moved,
+        "engine_max_allocated_gib": peak / gib, "engine_predicted_state_gib": predicted / gib,
+        "engine_max_allocated_over_predicted": peak / predicted,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="quickstart training steps (default 5)")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local", help="ray.backend of the quickstart run")
+    parser.add_argument("--engine-prompts", type=int, default=8, help="prompts of the engine check (x 4 samples)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to check")
@@ -115,7 +183,7 @@ def main() -> None:
     results["sampling_s_transformers"] = statistics.median(timings[False])
     os.environ.pop("RLHFCTL_FAST_DECODE", None)
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_recipe(RECIPE, ["resource_pools.main.use_gpu=true", f"trainer.total_steps={args.steps}",
+        cfg = load_recipe(RECIPE, ["resource_pools.main.use_gpu=true", f"trainer.total_steps={args.steps}", f"ray.backend={args.backend}",
                                    f"trainer.output_dir={out}", "trainer.val_every=0", "trainer.save_every=0"])
         start = time.perf_counter()
         summary = run_training(cfg)
@@ -126,6 +194,9 @@ def main() -> None:
     results["quickstart_summary"] = {key: value for key, value in summary.items() if isinstance(value, (int, float, str))}
     if len(records) != args.steps:
         failures.append(f"the quickstart ran {len(records)} of {args.steps} steps")
+    results.update(engine_check(args.engine_prompts, 4, 256))
+    if results["engine_master_dtypes"] != ["torch.float32"] or not results["engine_masters_moved"]:
+        failures.append("the engine check's float32 master weights did not move under bf16 compute")
     for key, value in results.items():
         if key != "quickstart_summary":
             print(f"{key:32s} {value}")

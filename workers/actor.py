@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,10 +11,11 @@ import torch
 from rlhfctl.algorithms import agg_loss, kl_penalty, ppo_policy_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
-from rlhfctl.single_controller import Dispatch, Execute, register
+from rlhfctl.single_controller import Dispatch, register
+from workers.engine import serving
 from workers.sampling.generation import SamplingParams, generate_batch
 from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
-from workers.lora import adapter_disabled, apply_lora, is_lora, merged_copy
+from workers.lora import adapter_disabled, apply_lora, is_lora
 from workers.recipe import (
     ACTOR_DEFAULTS,
     kl_config,
@@ -34,7 +34,6 @@ from workers.training import (
     check_same_across_ranks,
     enable_activation_checkpointing,
     optimize_on_batch,
-    wrap_ddp,
 )
 
 __all__ = ["ActorWorker"]
@@ -67,24 +66,27 @@ class ActorWorker(TrainableRoleWorker):
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Build tokenizer, model (plus LoRA adapter), DDP wrapper, optimizer and LR scheduler."""
-        from rlhfctl.models.loading import load_causal_lm, load_tokenizer
+        """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
+        DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
+        from rlhfctl.models.loading import load_tokenizer
 
-        self._setup_process(distributed=True)
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        model = load_causal_lm(
-            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
-        )
-        if self.model_cfg["gradient_checkpointing"]:
+        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
+        self.optimizer = build_optimizer(self.module, self.optim_cfg)
+        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
+        from rlhfctl.models.loading import load_causal_lm
+
+        trust = bool(model_cfg["trust_remote_code"])
+        model = load_causal_lm(model_cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed)
+        if model_cfg["gradient_checkpointing"]:
             enable_activation_checkpointing(model)
         lora = self.config.get("lora")
         if lora is not None and lora is not False:  # `lora: {}` or `lora: true` means the defaults
             model = apply_lora(model, {} if lora is True else lora, seed=self.seed)
-        self.module = model.to(self.device)
-        self.model = wrap_ddp(self.module, self.device)
-        self.optimizer = build_optimizer(self.module, self.optim_cfg)
-        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+        return model
 
     # ------------------------------------------------------------------ rollout and scoring
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -101,7 +103,8 @@ class ActorWorker(TrainableRoleWorker):
         generator = make_generator(self.device, self.seed, self.rank, stream, getattr(self, counter))
         setattr(self, counter, getattr(self, counter) + 1)
         self.module.eval()
-        return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+        with serving(self.module, self.engine):
+            return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -109,13 +112,14 @@ class ActorWorker(TrainableRoleWorker):
         self._require_model()
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
         self.module.eval()
-        log_probs, entropy = response_log_probs(
-            self.module,
-            data.batch,
-            device=self.device,
-            micro_batch_size=self.config["micro_batch_size"],
-            temperature=self._temperature(data),
-        )
+        with serving(self.module, self.engine):
+            log_probs, entropy = response_log_probs(
+                self.module,
+                data.batch,
+                device=self.device,
+                micro_batch_size=self.config["micro_batch_size"],
+                temperature=self._temperature(data),
+            )
         return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -129,7 +133,7 @@ class ActorWorker(TrainableRoleWorker):
             )
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
         self.module.eval()
-        with adapter_disabled(self.module):
+        with serving(self.module, self.engine), adapter_disabled(self.module):
             log_probs, _ = response_log_probs(
                 self.module,
                 data.batch,
@@ -235,13 +239,3 @@ class ActorWorker(TrainableRoleWorker):
             loss = loss + float(self.kl["loss_coef"]) * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
         return loss, metrics
-
-    # ------------------------------------------------------------------ export
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
-    def export_hf(self, directory: str) -> str:
-        """Write a plain Hugging Face model directory (LoRA merged into a copy) with the tokenizer."""
-        from rlhfctl.models.loading import save_hf_model
-
-        self._require_model()
-        model = merged_copy(self.module) if is_lora(self.module) else self.module
-        return str(save_hf_model(model, self.tokenizer, os.path.expanduser(str(directory))))

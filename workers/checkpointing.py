@@ -1,17 +1,22 @@
-"""Save and load one trainable role's state: weights (safetensors, or the LoRA adapter alone),
-optimizer and scheduler state, RNG states and the worker's counters.
+"""Save and load one trainable role's state: sharded model and optimizer state, scheduler, RNG states,
+the worker's counters, and the model as a Hugging Face directory.
 
 Layout of ``<directory>/<role>/``::
 
-    model.safetensors          full weights (safetensors.torch.save_model; tied weights handled)
-    adapter/                   instead, with LoRA: adapter_config.json + adapter_model.safetensors
-    optimizer.pt               optimizer.state_dict()
+    state/                     model + optimizer through torch.distributed.checkpoint (each rank writes
+                               its shards; loads at any world size and under either strategy)
+    hf/                        the model as a Hugging Face directory (config, safetensors, tokenizer,
+                               generation config; LoRA merged), loadable without rlhfctl
+    adapter/                   with LoRA: adapter_config.json + adapter_model.safetensors
     scheduler.pt               scheduler.state_dict()
     worker_state.pt            {"rng": rank 0's RNG, "rank_rng": [every rank's RNG], "counters": {...}}
-    checkpoint.json            what wrote it (role, worker class, lora or not)
+    checkpoint.json            what wrote it (role, worker class, lora or not, strategy, world size)
 
-Every ``.pt`` file loads with ``torch.load(..., weights_only=True)``. A role directory is written
-to a temporary sibling and renamed, so an interrupted save never leaves a half-written checkpoint.
+With LoRA the state holds the adapter and its optimizer only (the base weights stay those of
+``model.path``). Every ``.pt`` file loads with ``torch.load(..., weights_only=True)``. A role directory
+is written to a staging sibling and renamed by rank 0 once every rank has written, so an interrupted
+save never leaves a half-written checkpoint. Format 1 (``model.safetensors`` written by rank 0) still
+loads into an unsharded model.
 """
 
 from __future__ import annotations
@@ -19,25 +24,29 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+import torch.distributed as dist
+from safetensors.torch import load_model, save_file
 from torch import nn
 
-from workers.lora import is_lora, load_adapter, save_adapter
+from workers.engine import full_state_dict
+from workers.lora import is_lora, load_adapter
 from workers.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
 
-__all__ = ["ADAPTER_DIR", "MODEL_FILE", "load_role_state", "role_directory", "save_role_state"]
+__all__ = ["ADAPTER_DIR", "HF_DIR", "STATE_DIR", "load_role_state", "role_directory", "save_hf_directory", "save_role_state"]
 
 MODEL_FILE = "model.safetensors"
+STATE_DIR = "state"
+HF_DIR = "hf"
 ADAPTER_DIR = "adapter"
-OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
 WORKER_STATE_FILE = "worker_state.pt"
 INFO_FILE = "checkpoint.json"
+FORMAT = 2
 
 
 def role_directory(directory: str | os.PathLike[str], role: str) -> Path:
@@ -45,40 +54,114 @@ def role_directory(directory: str | os.PathLike[str], role: str) -> Path:
     return Path(os.path.expanduser(str(directory))) / role
 
 
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _options(module: nn.Module) -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    lora = is_lora(module)  # the adapter only: the frozen base is model.path's (non-strict load)
+    return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
+
+
+def _sharded_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(module, optimizer, options=_options(module))
+    return {"model": model_state, "optim": optim_state}
+
+
+def _merge_lora(state: dict[str, torch.Tensor], config: Any, adapter: str = "default") -> dict[str, torch.Tensor]:
+    """A plain model's state from a peft model's full state: ``W + scale * B @ A``, peft names removed."""
+    scale = float(config.lora_alpha) / (float(config.r) ** 0.5 if getattr(config, "use_rslora", False) else float(config.r))
+    merged = {}
+    for name, tensor in state.items():
+        if ".lora_" in name:
+            continue
+        plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        if name.endswith(".base_layer.weight"):
+            prefix = name.removesuffix(".base_layer.weight")
+            delta = state[f"{prefix}.lora_B.{adapter}.weight"].float() @ state[f"{prefix}.lora_A.{adapter}.weight"].float()
+            if getattr(config, "fan_in_fan_out", False):
+                delta = delta.T
+            tensor = (tensor.float() + scale * delta).to(tensor.dtype)
+        merged[plain] = tensor
+    return merged
+
+
+def save_hf_directory(module: nn.Module, tokenizer: Any, target: Path, dtype: torch.dtype | None = None) -> Path:
+    """Write ``module`` (gathered if sharded, LoRA merged) as a Hugging Face directory; collective, rank 0 writes."""
+    from rlhfctl.models.loading import save_hf_model
+
+    state = full_state_dict(module, dtype)
+    if _rank() == 0:
+        owner = module
+        if is_lora(module):
+            config = module.peft_config[module.active_adapter]
+            state = _merge_lora(state, config, module.active_adapter)
+            owner = module.get_base_model()
+        save_hf_model(owner, tokenizer, target, state_dict=state)
+    return target
+
+
+def _save_adapter(module: nn.Module, target: Path) -> None:
+    """The LoRA adapter from the gathered state (peft's own save cannot read sharded tensors)."""
+    from peft import get_peft_model_state_dict
+
+    state = full_state_dict(module)
+    if _rank() == 0:
+        target.mkdir(parents=True, exist_ok=True)
+        adapter = get_peft_model_state_dict(module, state_dict=state, adapter_name=module.active_adapter)
+        save_file({key: value.contiguous() for key, value in adapter.items()}, str(target / "adapter_model.safetensors"))
+        module.peft_config[module.active_adapter].save_pretrained(str(target))
+
+
 def save_role_state(
     target: Path,
     *,
-    model: nn.Module,
+    module: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     counters: dict[str, int],
     info: dict[str, Any],
+    write_hf: Callable[[Path], None],
     rank_rng: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write the role's state to ``target`` (replacing what was there); returns ``target``.
+    """Every rank calls this: write the role's state to ``target`` (replacing what was there); returns ``target``.
 
     ``rank_rng`` holds every rank's RNG state in rank order (:func:`workers.seeding.gather_rng_states`);
-    without it, only this process's state is saved.
+    without it, only rank 0's state is saved.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        lora = is_lora(model)
-        if lora:
-            save_adapter(model, staging / ADAPTER_DIR)
-        else:
-            save_model(model, str(staging / MODEL_FILE))
-        torch.save(optimizer.state_dict(), staging / OPTIMIZER_FILE)
+    import torch.distributed.checkpoint as dcp
+
+    staging = target.parent / f".{target.name}.saving"
+    if _rank() == 0:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+    _barrier()
+    dcp.save(_sharded_state(module, optimizer), checkpoint_id=str(staging / STATE_DIR), no_dist=not dist.is_initialized())
+    write_hf(staging / HF_DIR)
+    lora = is_lora(module)
+    if lora:
+        _save_adapter(module, staging / ADAPTER_DIR)
+    if _rank() == 0:
         torch.save(scheduler.state_dict(), staging / SCHEDULER_FILE)
         rank_rng = rank_rng or [capture_rng_state()]
         torch.save({"rng": rank_rng[0], "rank_rng": rank_rng, "counters": dict(counters)}, staging / WORKER_STATE_FILE)
-        (staging / INFO_FILE).write_text(json.dumps({**info, "lora": lora, "format": 1}, indent=2) + "\n")
+        (staging / INFO_FILE).write_text(json.dumps({**info, "lora": lora, "format": FORMAT}, indent=2) + "\n")
+    _barrier()
+    if _rank() == 0:
         if target.exists():
             shutil.rmtree(target)
         os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    _barrier()
     return target
 
 
@@ -91,35 +174,47 @@ def _load(path: Path, device: torch.device | str = "cpu") -> Any:
 def load_role_state(
     source: Path,
     *,
-    model: nn.Module,
+    module: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     device: torch.device,
     rank: int = 0,
 ) -> dict[str, int]:
-    """Restore what :func:`save_role_state` wrote into the given objects, with ``rank``'s own RNG state
-    (see :func:`workers.seeding.rng_state_for_rank` for a resume on a different number of ranks);
-    returns the counters."""
+    """Every rank calls this: restore what :func:`save_role_state` wrote (at any world size), with ``rank``'s
+    own RNG state (see :func:`workers.seeding.rng_state_for_rank` for another number of ranks); returns the counters."""
     if not source.is_dir():
         raise FileNotFoundError(f"no checkpoint for this role at {source}")
-    lora = is_lora(model)
-    if lora:
-        if not (source / ADAPTER_DIR).is_dir():
-            raise FileNotFoundError(f"{source} holds no LoRA adapter ({ADAPTER_DIR}/), but the model has one")
-        load_adapter(model, source / ADAPTER_DIR, device)
+    if (source / STATE_DIR).is_dir():
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = _sharded_state(module, optimizer)
+        dcp.load(state, checkpoint_id=str(source / STATE_DIR), no_dist=not dist.is_initialized())
+        set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                       options=_options(module))
     else:
-        if not (source / MODEL_FILE).is_file():
-            raise FileNotFoundError(f"{source} holds no {MODEL_FILE} (was it saved from a LoRA model?)")
-        missing, unexpected = load_model(model, str(source / MODEL_FILE), strict=False, device=str(device))
-        if missing or unexpected:
-            raise RuntimeError(
-                f"{source / MODEL_FILE} does not match the model: missing {sorted(missing)[:5]}, "
-                f"unexpected {sorted(unexpected)[:5]}"
-            )
-    optimizer.load_state_dict(_load(source / OPTIMIZER_FILE))
+        _load_format_1(source, module, optimizer, device)
     scheduler.load_state_dict(_load(source / SCHEDULER_FILE))
     state = _load(source / WORKER_STATE_FILE)
     rng = rng_state_for_rank(state, rank)
     if rng is not None:
         restore_rng_state(rng)
     return {key: int(value) for key, value in state.get("counters", {}).items()}
+
+
+def _load_format_1(source: Path, module: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Checkpoints written before the sharded format: full weights (or adapter) and ``optimizer.pt``."""
+    if is_lora(module):
+        if not (source / ADAPTER_DIR).is_dir():
+            raise FileNotFoundError(f"{source} holds no LoRA adapter ({ADAPTER_DIR}/), but the model has one")
+        load_adapter(module, source / ADAPTER_DIR, device)
+    else:
+        if not (source / MODEL_FILE).is_file():
+            raise FileNotFoundError(f"{source} holds neither {STATE_DIR}/ nor {MODEL_FILE}")
+        missing, unexpected = load_model(module, str(source / MODEL_FILE), strict=False, device=str(device))
+        if missing or unexpected:
+            raise RuntimeError(
+                f"{source / MODEL_FILE} does not match the model: missing {sorted(missing)[:5]}, "
+                f"unexpected {sorted(unexpected)[:5]}"
+            )
+    optimizer.load_state_dict(_load(source / "optimizer.pt"))

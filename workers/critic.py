@@ -12,6 +12,7 @@ from rlhfctl.algorithms import value_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
+from workers.engine import serving
 from workers.log_probs import position_ids_from_mask
 from workers.recipe import (
     CRITIC_DEFAULTS,
@@ -30,7 +31,6 @@ from workers.training import (
     check_same_across_ranks,
     enable_activation_checkpointing,
     optimize_on_batch,
-    wrap_ddp,
 )
 
 __all__ = ["CriticWorker", "response_values"]
@@ -70,21 +70,23 @@ class CriticWorker(TrainableRoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Build tokenizer, value model, DDP wrapper, optimizer and LR scheduler."""
-        from rlhfctl.models.loading import load_token_value_model, load_tokenizer
+        """Build tokenizer, value model (placed by ``roles.critic.strategy``), optimizer and LR scheduler."""
+        from rlhfctl.models.loading import load_tokenizer
 
-        self._setup_process(distributed=True)
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        model = load_token_value_model(
-            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
-        )
-        if self.model_cfg["gradient_checkpointing"]:
-            enable_activation_checkpointing(model)
-        self.module = model.to(self.device)
-        self.model = wrap_ddp(self.module, self.device)
+        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
+        from rlhfctl.models.loading import load_token_value_model
+
+        trust = bool(model_cfg["trust_remote_code"])
+        model = load_token_value_model(model_cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed)
+        if model_cfg["gradient_checkpointing"]:
+            enable_activation_checkpointing(model)
+        return model
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -96,7 +98,7 @@ class CriticWorker(TrainableRoleWorker):
         rows = len(data)
         step = int(self.config["micro_batch_size"] or rows)
         parts = []
-        with torch.no_grad():
+        with serving(self.module, self.engine), torch.no_grad():
             for start in range(0, rows, step):
                 micro = {key: data.batch[key][start : start + step].to(self.device) for key in keys}
                 parts.append(response_values(self.module, micro).cpu())

@@ -25,6 +25,7 @@ from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
 from workers.log_probs import sequence_log_probs
 from workers.recipe import section
+from workers.engine import serving
 from workers.seeding import make_generator
 from workers.training import allreduce_mean, check_same_across_ranks, optimize_on_batch
 
@@ -92,7 +93,7 @@ class DPOWorker(ActorWorker):
         self.module.eval()
         step = int(self.config["micro_batch_size"] or len(batch))
         chosen_parts, rejected_parts = [], []
-        with torch.no_grad():
+        with serving(self.module, self.engine), torch.no_grad():
             for start in range(0, len(batch), step):
                 micro = {key: batch.batch[key][start : start + step].to(self.device) for key in POLICY_PAIR_KEYS}
                 chosen, rejected = response_logps(self.module, micro)

@@ -9,6 +9,7 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
+from workers.engine import serving
 from workers.log_probs import response_log_probs
 from workers.recipe import REFERENCE_DEFAULTS, model_config, role_config, rollout_config
 from workers.role import RoleWorker
@@ -34,14 +35,16 @@ class ReferenceWorker(RoleWorker):
         """Build the tokenizer and the frozen model (eval mode, no gradients)."""
         from rlhfctl.models.loading import load_causal_lm, load_tokenizer
 
-        self._setup_process(distributed=False)
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        model = load_causal_lm(
-            self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
-        )
-        model.requires_grad_(False)
-        self.model = model.to(self.device).eval()
+
+        def build(cfg: Mapping[str, Any]) -> nn.Module:
+            model = load_causal_lm(cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed)
+            return model.requires_grad_(False)
+
+        # Frozen: weights stored in model.dtype, sharded under roles.reference.strategy fsdp2.
+        self.model, _ = self._place_model(build, self.model_cfg, trainable=False)
+        self.model.eval()
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
@@ -49,12 +52,13 @@ class ReferenceWorker(RoleWorker):
         self._require_model()
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
         temperature = data.meta_info.get("temperature", self.rollout["temperature"])
-        log_probs, _ = response_log_probs(
-            self.model,
-            data.batch,
-            device=self.device,
-            micro_batch_size=self.config.get("micro_batch_size"),
-            temperature=float(temperature) if temperature is not None else 1.0,
-            with_entropy=False,
-        )
+        with serving(self.model, self.engine):
+            log_probs, _ = response_log_probs(
+                self.model,
+                data.batch,
+                device=self.device,
+                micro_batch_size=self.config.get("micro_batch_size"),
+                temperature=float(temperature) if temperature is not None else 1.0,
+                with_entropy=False,
+            )
         return DataProto.from_dict({"ref_log_prob": log_probs})

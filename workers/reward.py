@@ -12,6 +12,7 @@ from torch import nn
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, register
+from workers.engine import serving
 from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
 from workers.reward_functions import ON_ERROR_POLICIES, RewardFunctionError, call_reward_function, load_reward_function
 from workers.role import RoleWorker
@@ -80,11 +81,16 @@ class RewardWorker(RoleWorker):
         trust = bool(model_cfg["trust_remote_code"])
         self.model_tokenizer = load_tokenizer(model_cfg, trust_remote_code=trust)
         self.model_tokenizer.padding_side = "right"
-        model = load_sequence_classifier(
-            model_cfg, self.model_tokenizer, dtype=model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
-        )
-        model.requires_grad_(False)
-        self.model = model.to(self.device).eval()
+
+        def build(cfg: Mapping[str, Any]) -> nn.Module:
+            model = load_sequence_classifier(
+                cfg, self.model_tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed
+            )
+            return model.requires_grad_(False)
+
+        # Frozen: weights stored in model.dtype, sharded under roles.reward.strategy fsdp2.
+        self.model, _ = self._place_model(build, model_cfg, trainable=False)
+        self.model.eval()
 
     def _policy_tokenizer(self) -> Any:
         """The actor's tokenizer, loaded on first use, to decode prompts/responses given only as ids."""
@@ -167,9 +173,10 @@ class RewardWorker(RoleWorker):
         texts = [prompt + response for prompt, response in zip(prompts, responses)]
         step = int(self.config["batch_size"] or len(texts) or 1)
         scores: list[float] = []
-        for start in range(0, len(texts), step):
-            encoded = self.model_tokenizer(texts[start : start + step], padding=True, return_tensors="pt")
-            encoded = {key: encoded[key].to(self.device) for key in ("input_ids", "attention_mask")}
-            logits = self.model(**encoded).logits
-            scores.extend(logits[:, 0].float().cpu().tolist())
+        with serving(self.model, self.engine):
+            for start in range(0, len(texts), step):
+                encoded = self.model_tokenizer(texts[start : start + step], padding=True, return_tensors="pt")
+                encoded = {key: encoded[key].to(self.device) for key in ("input_ids", "attention_mask")}
+                logits = self.model(**encoded).logits
+                scores.extend(logits[:, 0].float().cpu().tolist())
         return scores

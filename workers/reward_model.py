@@ -13,7 +13,6 @@ optimizer ``roles.reward.optim``. Batches come from :func:`rlhfctl.data.pairs.co
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,12 +21,13 @@ from torch import nn
 
 from rlhfctl.algorithms.preference_losses import bradley_terry_loss
 from rlhfctl.protocol import DataProto
-from rlhfctl.single_controller import Dispatch, Execute, register
+from rlhfctl.single_controller import Dispatch, register
+from workers.engine import serving
 from workers.recipe import model_config, optim_config, section, trainer_config
 from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
 from workers.training import (allreduce_mean, build_optimizer, build_scheduler, check_same_across_ranks,
-                              enable_activation_checkpointing, optimize_on_batch, wrap_ddp)
+                              enable_activation_checkpointing, optimize_on_batch)
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 
@@ -72,22 +72,26 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """Build tokenizer, sequence classifier, DDP wrapper, optimizer and LR scheduler."""
-        from rlhfctl.models.loading import load_sequence_classifier, load_tokenizer
+        """Build tokenizer, sequence classifier (placed by ``roles.reward.strategy``), optimizer and LR scheduler."""
+        from rlhfctl.models.loading import load_tokenizer
 
-        self._setup_process(distributed=True)
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        with _quiet_transformers():  # from a causal LM the score head is new and lm_head unused, as intended
-            model = load_sequence_classifier(
-                self.model_cfg, self.tokenizer, dtype=self.model_cfg["dtype"], trust_remote_code=trust, seed=self.seed
-            )
-        if self.model_cfg["gradient_checkpointing"]:
-            enable_activation_checkpointing(model)
-        self.module = model.to(self.device)
-        self.model = wrap_ddp(self.module, self.device)
+        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
+        from rlhfctl.models.loading import load_sequence_classifier
+
+        trust = bool(model_cfg["trust_remote_code"])
+        with _quiet_transformers():  # from a causal LM the score head is new and lm_head unused, as intended
+            model = load_sequence_classifier(
+                model_cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed
+            )
+        if model_cfg["gradient_checkpointing"]:
+            enable_activation_checkpointing(model)
+        return model
 
     def _loss(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         chosen, rejected = pair_scores(self.model, micro)
@@ -126,14 +130,6 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         self._require_model()
         self._require_keys(batch, PAIR_KEYS, "eval_reward_model")
         self.module.eval()
-        with torch.no_grad():
+        with serving(self.module, self.engine), torch.no_grad():
             chosen, rejected = pair_scores(self.module, {key: batch.batch[key].to(self.device) for key in PAIR_KEYS})
         return DataProto.from_dict({"chosen_score": chosen.cpu(), "rejected_score": rejected.cpu()})
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.RANK_ZERO)
-    def export_hf(self, directory: str) -> str:
-        """Write the reward model and its tokenizer as a Hugging Face model directory; returns it."""
-        from rlhfctl.models.loading import save_hf_model
-
-        self._require_model()
-        return str(save_hf_model(self.module, self.tokenizer, os.path.expanduser(str(directory))))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Worker
+from workers.engine import EngineSettings, engine_settings, materialize
 from workers.recipe import plain, trainer_config, uses_gpu
 from workers.seeding import derive_seed, seed_everything
 
@@ -33,6 +35,16 @@ class RoleWorker(Worker):
         self.seed = int(trainer_config(self.recipe)["seed"])
         self.device = torch.device("cuda") if uses_gpu(self.recipe, self.role) else torch.device("cpu")
         self.tokenizer: Any = None
+        self.engine: EngineSettings | None = None
+
+    def _place_model(
+        self, build: Callable[[Mapping[str, Any]], nn.Module], model_cfg: Mapping[str, Any], *, trainable: bool
+    ) -> tuple[nn.Module, nn.Module]:
+        """Join the process group the strategy needs, then build and place the model (``workers.engine``);
+        returns ``(module, model)``: the model itself and what training runs through."""
+        self.engine = engine_settings(self.recipe, self.role, model_cfg["dtype"], self.world_size, trainable=trainable)
+        self._setup_process(distributed=trainable or self.engine.strategy == "fsdp2")
+        return materialize(build, model_cfg, self.engine, self.device)
 
     def _setup_process(self, distributed: bool) -> None:
         """Check the device, seed the global RNGs and, for DDP roles with world_size > 1, join the group."""

@@ -29,6 +29,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
 from workers.forward import lm_forward
+from workers.engine import serving
 from workers.seeding import make_generator
 from workers.training import allreduce_mean, check_same_across_ranks, distributed, optimize_on_batch
 
@@ -111,7 +112,7 @@ class SFTWorker(ActorWorker):
         self.module.eval()
         step = int(self.config["micro_batch_size"] or len(batch))
         sums, counts = [], []
-        with torch.no_grad():
+        with serving(self.module, self.engine), torch.no_grad():
             for start in range(0, len(batch), step):
                 micro = {key: batch.batch[key][start : start + step].to(self.device) for key in SFT_KEYS}
                 nll, weight = token_nll(self.module, micro, packed=packed)

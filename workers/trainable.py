@@ -1,18 +1,24 @@
-"""TrainableRoleWorker: checkpoint save/load and the weight fingerprint, shared by actor and critic."""
+"""TrainableRoleWorker: checkpoint save/load, the Hugging Face export and the weight fingerprint, shared
+by the trained roles (actor, critic, reward model)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from rlhfctl.models.loading import resolve_dtype
 from rlhfctl.single_controller import Dispatch, register
-from workers.checkpointing import load_role_state, role_directory, save_role_state
-from workers.seeding import gather_rng_states
+from workers.checkpointing import load_role_state, role_directory, save_hf_directory, save_role_state
+from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
+from workers.recipe import trainer_config
 from workers.role import RoleWorker
-from workers.training import distributed, trainable_parameters
+from workers.seeding import gather_rng_states
+from workers.training import trainable_parameters
 
 __all__ = ["TrainableRoleWorker"]
 
@@ -20,9 +26,9 @@ __all__ = ["TrainableRoleWorker"]
 class TrainableRoleWorker(RoleWorker):
     """A role with a model, optimizer and scheduler; subclasses build them in ``init_model``.
 
-    ``module`` is the model itself, ``model`` what training runs through (DDP(module) or module).
-    ``counter_names`` lists the integer attributes saved with checkpoints (call counters that seed
-    sampling and shuffling), so a resumed run continues the same random streams.
+    ``module`` is the model itself (sharded in place under FSDP2), ``model`` what training runs through
+    (DDP(module), or module). ``counter_names`` lists the integer attributes saved with checkpoints (call
+    counters that seed sampling and shuffling), so a resumed run continues the same random streams.
     """
 
     counter_names: tuple[str, ...] = ()
@@ -34,39 +40,40 @@ class TrainableRoleWorker(RoleWorker):
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
 
+    def _export_dtype(self) -> torch.dtype | None:
+        """``trainer.export_dtype``, or None: keep the master precision."""
+        value = trainer_config(self.recipe).get("export_dtype")
+        return None if value in (None, "auto") else resolve_dtype(value)  # type: ignore[return-value]
+
+    def _write_hf(self, target: Path) -> Path:
+        return save_hf_directory(self.module, self.tokenizer, target, self._export_dtype())
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> str:
-        """Rank 0 writes ``<directory>/<role>/`` (weights or adapter, optimizer, scheduler, every rank's RNG); returns it."""
+        """Every rank writes its shards of ``<directory>/<role>/`` (plus rank 0 the HF directory); returns it."""
         self._require_model()
         target = role_directory(directory, self.role)
-        error: BaseException | None = None
         rank_rng = gather_rng_states()  # a collective: every rank sends its own RNG state to rank 0
-        if self.rank == 0:
-            try:
-                save_role_state(
-                    target,
-                    model=self.module,
-                    optimizer=self.optimizer,
-                    scheduler=self.scheduler,
-                    counters={name: int(getattr(self, name)) for name in self.counter_names},
-                    info={"role": self.role, "worker": f"{type(self).__module__}.{type(self).__qualname__}"},
-                    rank_rng=rank_rng,
-                )
-            except Exception as caught:  # noqa: BLE001 - re-raised after the barrier so no rank hangs
-                error = caught
-        if distributed():
-            dist.barrier()
-        if error is not None:
-            raise error
+        save_role_state(
+            target,
+            module=self.module,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            counters={name: int(getattr(self, name)) for name in self.counter_names},
+            info={"role": self.role, "worker": f"{type(self).__module__}.{type(self).__qualname__}",
+                  "strategy": self.engine.strategy if self.engine else None, "world_size": self.world_size},
+            write_hf=self._write_hf,
+            rank_rng=rank_rng,
+        )
         return str(target)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, directory: str) -> None:
-        """Every rank restores ``<directory>/<role>/`` written by ``save_checkpoint``, with its own RNG state."""
+        """Every rank restores ``<directory>/<role>/`` written by ``save_checkpoint`` (at any world size)."""
         self._require_model()
         counters = load_role_state(
             role_directory(directory, self.role),
-            model=self.module,
+            module=self.module,
             optimizer=self.optimizer,
             scheduler=self.scheduler,
             device=self.device,
@@ -76,9 +83,30 @@ class TrainableRoleWorker(RoleWorker):
             if name in counters:
                 setattr(self, name, counters[name])
 
+    @register(dispatch_mode=ONE_TO_ALL_FIRST)
+    def export_hf(self, directory: str) -> str:
+        """Write a plain Hugging Face model directory (gathered from the shards, LoRA merged) with the tokenizer."""
+        self._require_model()
+        return str(self._write_hf(Path(os.path.expanduser(str(directory)))))
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def state_fingerprint(self) -> float:
-        """Sum of all trainable parameters as a float (tests compare it across ranks)."""
+        """Sum of all trainable parameters as a float, over every shard (tests compare it across ranks)."""
         self._require_model()
+        from torch.distributed.tensor import DTensor
+
         with torch.no_grad():
-            return float(sum(parameter.double().sum().item() for parameter in trainable_parameters(self.module)))
+            local = sum(
+                (p.to_local() if isinstance(p, DTensor) else p).double().sum().item() for p in trainable_parameters(self.module)
+            )
+            if any(isinstance(p, DTensor) for p in trainable_parameters(self.module)):
+                total = torch.tensor([local], dtype=torch.float64, device=self.device)
+                dist.all_reduce(total)
+                return float(total.item())
+        return float(local)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of parameters, gradients and optimizer state this rank holds (local shards under FSDP2)."""
+        self._require_model()
+        return local_state_bytes(self.module, self.optimizer)

@@ -1,8 +1,10 @@
-"""Optimisation plumbing shared by the trainable roles: optimizer, LR schedule, DDP, and the
+"""Optimisation plumbing shared by the trainable roles: optimizer, LR schedule, and the
 epoch / mini-batch / micro-batch loop with gradient accumulation and clipping.
 
 One optimizer step per mini-batch; gradients of its micro-batches are accumulated (each loss scaled by
-``1 / number_of_micro_batches``) and, under DDP, all-reduced only on the last micro-batch. The LR
+``1 / number_of_micro_batches``) and, under DDP, all-reduced only on the last micro-batch (FSDP2
+reduce-scatters every micro-batch into the float32 gradient shards). Clipping uses the global norm over
+every shard (``workers.engine.clip_grad_norm``). The LR
 scheduler is stepped by the worker once per update call, so ``trainer.total_steps`` is its horizon.
 """
 
@@ -19,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlhfctl.models.loading import enable_activation_checkpointing  # the workers' checkpointing switch
+from workers.engine import clip_grad_norm
 
 __all__ = [
     "LRSchedule",
@@ -31,7 +34,6 @@ __all__ = [
     "optimize_on_batch",
     "trainable_parameters",
     "unwrap",
-    "wrap_ddp",
 ]
 
 SCHEDULES = ("constant", "linear", "cosine")
@@ -105,14 +107,6 @@ def distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
-    """DistributedDataParallel around ``model`` when distributed; the model itself otherwise."""
-    if not distributed():
-        return model
-    device_ids = [device.index if device.index is not None else 0] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-
-
 def unwrap(model: nn.Module) -> nn.Module:
     """The module inside a DDP wrapper."""
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
@@ -170,7 +164,7 @@ def optimize_on_batch(
     averaged over mini-batches (each mini-batch's metrics averaged over its micro-batches).
 
     ``loss_fn(micro_batch)`` returns ``(loss, metrics)`` for tensors already on ``device``; ``model``
-    is the (DDP-wrapped) module the loss runs through.
+    is the module the loss runs through (DDP-wrapped, FSDP2-sharded or plain).
     """
     rows = next(iter(batch.values())).shape[0]
     mini = max(1, min(int(mini_batch_rows), rows))
@@ -190,7 +184,7 @@ def optimize_on_batch(
                 (loss / len(pieces)).backward()
             for key, value in metrics.items():
                 step_metrics[key] += float(value) / len(pieces)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        grad_norm = clip_grad_norm(params, max_norm)
         if math.isfinite(grad_norm):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)

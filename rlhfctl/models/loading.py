@@ -447,11 +447,20 @@ class CausalLMWithValueHead(nn.Module):
             )
         return model
 
-    def save_pretrained(self, directory: str | os.PathLike[str], **kwargs: Any) -> None:
-        """Backbone as a transformers checkpoint plus the head in ``value_head.safetensors``."""
+    def save_pretrained(
+        self, directory: str | os.PathLike[str], state_dict: dict[str, torch.Tensor] | None = None, **kwargs: Any
+    ) -> None:
+        """Backbone as a transformers checkpoint plus the head in ``value_head.safetensors``; ``state_dict``
+        (this module's full state, e.g. gathered from shards) replaces the module's own tensors."""
         os.makedirs(directory, exist_ok=True)
-        self.backbone.save_pretrained(directory, **kwargs)
-        state = {key: tensor.detach().cpu().contiguous() for key, tensor in self.value_head.state_dict().items()}
+        if state_dict is None:
+            self.backbone.save_pretrained(directory, **kwargs)
+            head = self.value_head.state_dict()
+        else:
+            backbone = {key.removeprefix("backbone."): value for key, value in state_dict.items() if key.startswith("backbone.")}
+            self.backbone.save_pretrained(directory, state_dict=backbone, **kwargs)
+            head = {key.removeprefix("value_head."): value for key, value in state_dict.items() if key.startswith("value_head.")}
+        state = {key: tensor.detach().cpu().contiguous() for key, tensor in head.items()}
         save_file(state, str(Path(directory) / _VALUE_HEAD_FILE))
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
@@ -589,8 +598,11 @@ def _require_head(config: PretrainedConfig, mapping: Any, auto_class: str) -> No
 # --------------------------------------------------------------------------- saving
 
 
-def save_hf_model(model: nn.Module, tokenizer: Any, directory: str | os.PathLike[str]) -> Path:
-    """Write weights (safetensors) and tokenizer so the directory loads back via ``model.path``."""
+def save_hf_model(
+    model: nn.Module, tokenizer: Any, directory: str | os.PathLike[str], state_dict: dict[str, torch.Tensor] | None = None
+) -> Path:
+    """Write weights (safetensors) and tokenizer so the directory loads back via ``model.path``;
+    ``state_dict`` (the full state, e.g. gathered from shards or cast for export) replaces the model's own."""
     target = Path(os.path.expanduser(str(directory)))
     target.mkdir(parents=True, exist_ok=True)
     if not hasattr(model, "save_pretrained"):
@@ -598,7 +610,10 @@ def save_hf_model(model: nn.Module, tokenizer: Any, directory: str | os.PathLike
             f"cannot save a {type(model).__name__}: unwrap it to the transformers model (or "
             "CausalLMWithValueHead) before calling save_hf_model."
         )
-    model.save_pretrained(str(target))
+    if state_dict is None:
+        model.save_pretrained(str(target))
+    else:
+        model.save_pretrained(str(target), state_dict=state_dict)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(target))
     return target

@@ -8,7 +8,7 @@ import importlib
 import inspect
 from typing import Any
 
-from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, check_resume
+from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, check_resume, check_strategies
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import ensure_cwd_importable, import_class
 from rlhfctl.recipe.pools import PoolInfo
@@ -110,6 +110,7 @@ def check_stage(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
     issues += _models(cfg, roles)
     issues += check_resume(cfg)
     issues += _shards(cfg, pools, spec.trained_role)
+    issues += check_strategies(only_roles(cfg, roles), pools)
     return pools, issues
 
 

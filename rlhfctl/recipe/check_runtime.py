@@ -14,7 +14,7 @@ from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
 from rlhfctl.recipe.roles import present_roles, required_methods
 
-__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_workers",
+__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_strategies", "check_workers",
            "worker_classes"]
 
 def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
@@ -226,4 +226,30 @@ def _check_task(cfg: Any) -> list[Issue]:
         issues.append(warning("roles.reward.function", (
             f"roles.reward.function: {reward.function} scores the responses, not the {data.task!r} task's own reward {task_fn}"
         )))
+    return issues
+
+
+def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+    """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload`` without fsdp2."""
+    from workers.engine import resolve_strategy  # the one home of the strategy default
+
+    issues = []
+    for role in present_roles(cfg):
+        section = cfg.roles[role]
+        strategy = section.get("strategy")
+        if role == "reward" and section.get("model") is None and str(cfg.algorithm.get("name", "ppo")) != "reward_model":
+            if strategy is not None:
+                key = f"roles.{role}.strategy"
+                issues.append(error(key, (
+                    f"{key}: {strategy} places a model across ranks, but roles.{role} scores with a reward function "
+                    f"(no roles.{role}.model); remove the strategy or set roles.{role}.model"
+                )))
+            continue
+        fsdp = section.get("fsdp") or {}
+        pool = pools.get(str(section.get("pool")))
+        world = pool.world_size if pool is not None else 1
+        if fsdp.get("cpu_offload") and resolve_strategy(strategy, world) != "fsdp2":
+            key = f"roles.{role}.fsdp.cpu_offload"
+            why = f"roles.{role}.strategy is {strategy}" if strategy else f"the role has {world} rank, so its strategy is ddp"
+            issues.append(error(key, f"{key}: CPU offload needs strategy fsdp2, but {why}; set roles.{role}.strategy: fsdp2"))
     return issues

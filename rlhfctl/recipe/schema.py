@@ -48,7 +48,7 @@ class ModelConfig:
     path: Optional[str] = _field(None, "local directory or hub id, loaded with from_pretrained (wins over config)")
     config: Optional[Dict[str, Any]] = _field(None, "inline transformers config fields (model_type, hidden_size, ...), random weights and the character tokenizer")
     tokenizer_path: Optional[str] = _field(None, "load the tokenizer from here instead of path")
-    dtype: str = _field("float32", "parameter dtype", choices="dtypes")
+    dtype: str = _field("float32", "compute dtype; trainable roles keep float32 master weights and optimizer state, frozen roles store their weights in it", choices="dtypes")
     trust_remote_code: bool = _field(False, "allow custom modelling code from the hub")
     gradient_checkpointing: bool = _field(False, "recompute activations in backward to save memory")
 
@@ -68,6 +68,17 @@ class OptimConfig:
 
 
 @dataclass
+class FsdpConfig:
+    """FSDP2 options of a role whose strategy is fsdp2."""
+
+    reshard_after_forward: bool = _field(True, "free the gathered weights after each forward (less memory; backward gathers them again)")
+    cpu_offload: bool = _field(False, "keep parameter, gradient and optimizer shards in CPU memory (CPUOffloadPolicy); needs strategy fsdp2")
+
+
+_STRATEGY_DOC = "fsdp2 shards weights, gradients and optimizer state over the ranks; ddp keeps a full replica per rank (null: fsdp2 with more than one rank, else ddp)"
+
+
+@dataclass
 class LoraConfig:
     """A LoRA adapter on the actor (peft); with no reference role the adapter-disabled actor is the reference."""
 
@@ -83,6 +94,8 @@ class ActorRole:
 
     worker: str = _field("workers.actor.ActorWorker", "importable worker class, module.Class or module:Class")
     pool: str = _field("main", "resource pool the role runs on (roles on one pool are colocated)")
+    strategy: Optional[str] = _field(None, _STRATEGY_DOC, choices=("fsdp2", "ddp"))
+    fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
     model: ModelConfig = _field(doc="the policy model", factory=ModelConfig)
     optim: OptimConfig = _field(doc="optimizer of the policy", factory=OptimConfig)
     lora: Optional[LoraConfig] = _field(None, "LoRA adapter (null: full fine-tuning)")
@@ -102,6 +115,8 @@ class ReferenceRole:
 
     worker: str = _field("workers.reference.ReferenceWorker", "importable worker class, module.Class or module:Class")
     pool: str = _field("main", "resource pool the role runs on")
+    strategy: Optional[str] = _field(None, _STRATEGY_DOC, choices=("fsdp2", "ddp"))
+    fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
     model: Optional[ModelConfig] = _field(None, "reference model (null: the actor's initial model)")
 
 
@@ -111,6 +126,8 @@ class CriticRole:
 
     worker: str = _field("workers.critic.CriticWorker", "importable worker class, module.Class or module:Class")
     pool: str = _field("main", "resource pool the role runs on")
+    strategy: Optional[str] = _field(None, _STRATEGY_DOC, choices=("fsdp2", "ddp"))
+    fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
     model: Optional[ModelConfig] = _field(None, "value model (null: the actor's model with a value head)")
     optim: OptimConfig = _field(doc="optimizer of the critic", factory=OptimConfig)
     ppo_epochs: Optional[int] = _field(None, "passes over each batch (null: trainer.ppo_epochs)", min=1)
@@ -127,6 +144,8 @@ class RewardRole:
 
     worker: str = _field("workers.reward.RewardWorker", "importable worker class, module.Class or module:Class")
     pool: str = _field("main", "resource pool the role runs on; driver: the reward function runs in the driver process")
+    strategy: Optional[str] = _field(None, _STRATEGY_DOC, choices=("fsdp2", "ddp"))
+    fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
     function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
@@ -230,6 +249,7 @@ class TrainerConfig:
     log_every: int = _field(1, "print and log metrics every this many steps", min=1)
     balance_batch: bool = _field(False, "ppo: reorder samples before the updates so each data-parallel rank gets a similar number of tokens")
     overlap_rollout: bool = _field(True, "ppo: send the next step's prompts before the current step ends; the actor's ranks generate right after the update, so the rollout stays on-policy")
+    export_dtype: Optional[str] = _field(None, "dtype of the weights in checkpoints' hf/ directories and export_hf (null: the master precision, float32 for trained roles)", choices="dtypes")
     export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")
 
 

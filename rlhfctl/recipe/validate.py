@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
-from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_workers
+from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_strategies, check_workers
 from rlhfctl.recipe.errors import Issue, RecipeError, error
 from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.pools import PoolInfo
@@ -83,6 +83,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
     report.issues += check_resume(cfg)
+    report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
     report.issues += batch_issues
     report.issues += preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, this machine

@@ -15,8 +15,8 @@ def test_every_field_has_help():
 
 
 def _documented_as(path: str) -> str:
-    """Model and optim keys are documented once, as roles.<role>.model.* / roles.<role>.optim.*."""
-    return re.sub(r"^roles\.\w+\.(model|optim)\.", r"roles.<role>.\1.", path)
+    """Model, optim and fsdp keys are documented once, as roles.<role>.model.* / .optim.* / .fsdp.*."""
+    return re.sub(r"^roles\.\w+\.(model|optim|fsdp)\.", r"roles.<role>.\1.", path)
 
 
 def test_every_key_is_documented():

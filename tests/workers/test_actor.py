@@ -149,7 +149,7 @@ def test_checkpoint_round_trip_restores_weights_optimizer_and_sampling(tmp_path)
         # Counters came back too: the next rollout repeats the one sampled right after saving.
         assert torch.equal(actor.generate_sequences(prompts).batch["responses"], next_rollout.batch["responses"])
     assert sorted(p.name for p in (tmp_path / "actor").iterdir()) == [
-        "checkpoint.json", "model.safetensors", "optimizer.pt", "scheduler.pt", "worker_state.pt"
+        "checkpoint.json", "hf", "scheduler.pt", "state", "worker_state.pt"
     ]
     assert path == str(tmp_path / "actor")
 

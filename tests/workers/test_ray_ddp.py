@@ -13,7 +13,7 @@ from workers import ActorWorker, CriticWorker
 
 
 def test_two_rank_updates_keep_weights_equal_across_ranks(ray_session, tmp_path):
-    recipe = tiny_recipe(roles={"actor": {"micro_batch_size": 2}})
+    recipe = tiny_recipe(roles={"actor": {"micro_batch_size": 2, "strategy": "ddp"}, "critic": {"strategy": "ddp"}})
     pool = RayResourcePool([2], name="workers-ddp")
     groups = {}
     try:
@@ -47,10 +47,10 @@ def test_two_rank_updates_keep_weights_equal_across_ranks(ray_session, tmp_path)
         critic_after = critic.state_fingerprint()
         assert critic_after[0] == pytest.approx(critic_after[1], abs=1e-9, rel=0)
 
-        # Rank 0 writes the checkpoint, the other rank waits; both load it back.
+        # Every rank writes its part of the checkpoint (rank 0 the HF directory); both load it back.
         paths = actor.save_checkpoint(str(tmp_path))
         assert paths == [str(tmp_path / "actor")] * 2
-        assert (tmp_path / "actor" / "model.safetensors").is_file()
+        assert (tmp_path / "actor" / "hf" / "model.safetensors").is_file()
 
         actor.update_actor(with_advantages(batch, seed=1))
         actor.load_checkpoint(str(tmp_path))

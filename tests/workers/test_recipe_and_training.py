@@ -12,6 +12,7 @@ from rlhfctl.recipe.check_workers import check_workers
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.schema import ActorRole, CriticRole, ReferenceRole, RewardRole
 from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
+from workers.engine import ONE_TO_ALL_FIRST
 from workers.recipe import (
     ACTOR_DEFAULTS,
     DEFAULT_INLINE_MODEL,
@@ -121,12 +122,12 @@ def test_registered_methods_and_their_dispatch_modes():
         "update_actor": Dispatch.ALL_TO_ALL,
         "save_checkpoint": Dispatch.ONE_TO_ALL,
         "load_checkpoint": Dispatch.ONE_TO_ALL,
-        "export_hf": Dispatch.ONE_TO_ALL,
+        "export_hf": ONE_TO_ALL_FIRST,  # every rank gathers its shards, the caller gets rank 0's path
         "state_fingerprint": Dispatch.ONE_TO_ALL,
     }
     for name, mode in expected.items():
         assert actor[name].dispatch_mode is mode, name
-    assert actor["export_hf"].execute_mode is Execute.RANK_ZERO
+    assert actor["export_hf"].execute_mode is Execute.ALL
     assert {"compute_values", "update_critic", "save_checkpoint"} <= set(registered_methods(CriticWorker))
     assert "compute_ref_log_prob" in registered_methods(ReferenceWorker)
     assert "compute_rewards" in registered_methods(RewardWorker)

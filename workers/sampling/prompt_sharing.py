@@ -25,6 +25,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from workers.engine import is_sharded
 from workers.forward import base_model, cache_from, lm_forward
 from workers.sampling.kv_cache import full_attention_cache
 from workers.training import unwrap
@@ -79,6 +80,8 @@ def shared_prompt_logits(
     inner = base_model(model)
     if inner.training and _checkpointing(inner):
         return None
+    if torch.is_grad_enabled() and is_sharded(inner):
+        return None  # FSDP2 gathers weights per forward in training: every rank must run the same passes
     first, inverse = distinct_prompt_rows(input_ids[:, :prompt_width], attention_mask[:, :prompt_width])
     saved = (rows - first.shape[0]) * prompt_width
     if saved == 0:

@@ -1,0 +1,384 @@
+"""The training engine of a model role: how its weights are placed across ranks and in which precision.
+
+Two strategies (``roles.<role>.strategy``):
+
+- ``fsdp2``: ``torch.distributed.fsdp.fully_shard`` on every decoder layer and on the root, so each rank
+  keeps 1/world of the parameters, gradients and optimizer state. Trainable roles keep float32 shards
+  (the master weights) and compute in ``model.dtype`` through ``MixedPrecisionPolicy(param_dtype=...,
+  reduce_dtype=float32)``.
+- ``ddp``: a full replica per rank (``DistributedDataParallel`` for trainable roles at world > 1). Trainable
+  roles keep float32 weights and run their forward under ``torch.autocast`` in ``model.dtype``; DDP
+  reduces the float32 gradients.
+
+Frozen roles (reference, reward model) store their weights in ``model.dtype`` under both strategies.
+
+Sampling and the no-gradient scoring passes run inside :func:`serving`: under FSDP2 the weights are
+gathered once (compute dtype) for the whole call, so ranks may run different numbers of forward passes
+(sampling stops at EOS per rank) without a collective per step. Issue-18-style weight sync reads the
+full weights through :func:`full_state_items`, whatever the strategy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from rlhfctl.models.loading import resolve_dtype
+from rlhfctl.single_controller import register_dispatch_mode
+from rlhfctl.single_controller.worker import free_port
+from workers.recipe import section
+
+__all__ = [
+    "FSDP_DEFAULTS",
+    "ONE_TO_ALL_FIRST",
+    "STRATEGIES",
+    "EngineSettings",
+    "clip_grad_norm",
+    "engine_settings",
+    "full_state_buckets",
+    "full_state_dict",
+    "full_state_items",
+    "is_sharded",
+    "local_state_bytes",
+    "materialize",
+    "resolve_strategy",
+    "serving",
+    "shard_model",
+]
+
+STRATEGIES = ("fsdp2", "ddp")
+FSDP_DEFAULTS: dict[str, Any] = {"reshard_after_forward": True, "cpu_offload": False}
+
+
+def _same_args(group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    return tuple([arg] * group.world_size for arg in args), {key: [value] * group.world_size for key, value in kwargs.items()}
+
+
+def _rank_zero_result(info: Any, outputs: list) -> Any:
+    return outputs[0]
+
+
+ONE_TO_ALL_FIRST = register_dispatch_mode("ONE_TO_ALL_FIRST", _same_args, _rank_zero_result)
+"""Every rank runs the call (a collective such as gathering sharded weights); the caller gets rank 0's result."""
+
+
+def resolve_strategy(strategy: str | None, world_size: int) -> str:
+    """The one home of the strategy default: ``fsdp2`` when the role has more than one rank, else ``ddp``."""
+    if strategy is None:
+        return "fsdp2" if int(world_size) > 1 else "ddp"
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    return str(strategy)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How one role's model is placed: strategy, compute dtype, whether it trains, and FSDP2 options."""
+
+    strategy: str
+    compute_dtype: torch.dtype
+    trainable: bool
+    reshard_after_forward: bool = True
+    cpu_offload: bool = False
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """float32 master weights for a trainable role; the compute dtype for a frozen one."""
+        return torch.float32 if self.trainable else self.compute_dtype
+
+    @property
+    def autocast(self) -> bool:
+        """Whether the replicated path needs autocast to compute below the float32 storage."""
+        return self.strategy == "ddp" and self.storage_dtype != self.compute_dtype
+
+
+def engine_settings(
+    recipe: Mapping[str, Any], role: str, model_dtype: Any, world_size: int, *, trainable: bool
+) -> EngineSettings:
+    """Read ``roles.<role>.strategy`` and ``roles.<role>.fsdp`` with their defaults."""
+    role_section = section(recipe, "roles", role)
+    fsdp = {**FSDP_DEFAULTS, **{k: v for k, v in section(recipe, "roles", role, "fsdp").items() if v is not None}}
+    dtype = resolve_dtype(model_dtype)
+    compute = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    return EngineSettings(
+        strategy=resolve_strategy(role_section.get("strategy"), world_size),
+        compute_dtype=compute,
+        trainable=trainable,
+        reshard_after_forward=bool(fsdp["reshard_after_forward"]),
+        cpu_offload=bool(fsdp["cpu_offload"]),
+    )
+
+
+# --------------------------------------------------------------------------- process group
+
+
+def _ensure_group(device: torch.device) -> None:
+    """FSDP2 needs a process group even at world size 1 (the local backend, one GPU)."""
+    if dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=600))
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+# --------------------------------------------------------------------------- building and wrapping
+
+
+def decoder_layers(module: nn.Module) -> list[nn.Module]:
+    """The transformer blocks (the classes transformers lists in ``_no_split_modules``)."""
+    names: set[str] = set()
+    for sub in module.modules():
+        names.update(getattr(sub, "_no_split_modules", None) or ())
+    return [sub for sub in module.modules() if type(sub).__name__ in names]
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """True for a module that ``fully_shard`` has wrapped."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def _fully_shard(module: nn.Module, settings: EngineSettings, device: torch.device) -> None:
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    _ensure_group(device)
+    mixed = settings.compute_dtype != settings.storage_dtype
+    options: dict[str, Any] = {
+        "mp_policy": MixedPrecisionPolicy(param_dtype=settings.compute_dtype if mixed else None, reduce_dtype=torch.float32),
+        "reshard_after_forward": settings.reshard_after_forward,
+    }
+    if settings.cpu_offload:
+        options["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    for layer in decoder_layers(module):
+        fully_shard(layer, **options)
+    fully_shard(module, **options)
+
+
+class _Autocast:
+    """Forward hooks that run a module's forward under ``torch.autocast`` (kept on deep copies too)."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype) -> None:
+        self.device_type, self.dtype, self.stack = device_type, dtype, []
+
+    def enter(self, module: nn.Module, args: Any) -> None:
+        context = torch.autocast(self.device_type, dtype=self.dtype)
+        context.__enter__()
+        self.stack.append(context)
+
+    def leave(self, module: nn.Module, args: Any, output: Any) -> None:
+        if self.stack:
+            self.stack.pop().__exit__(None, None, None)
+
+
+def shard_model(module: nn.Module, settings: EngineSettings, device: torch.device) -> nn.Module:
+    """Place ``module`` by ``settings``; returns what training runs through (FSDP2: the module itself)."""
+    if settings.strategy == "fsdp2":
+        _fully_shard(module, settings, device)
+        if not settings.cpu_offload:
+            module.to(device)
+        return module
+    module.to(device)
+    if settings.autocast:
+        hooks = _Autocast(device.type, settings.compute_dtype)
+        module.register_forward_pre_hook(hooks.enter)
+        module.register_forward_hook(hooks.leave, always_call=True)
+    if settings.trainable and dist.is_initialized() and dist.get_world_size() > 1:
+        device_ids = [device.index if device.index is not None else 0] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
+    return module
+
+
+def _meta_model_cfg(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The same architecture as an inline config: ``from_pretrained`` cannot build on the meta device."""
+    if model_cfg.get("path") in (None, ""):
+        return dict(model_cfg)
+    from transformers import AutoConfig
+
+    path = os.path.expanduser(str(model_cfg["path"]))
+    config = AutoConfig.from_pretrained(path, trust_remote_code=bool(model_cfg.get("trust_remote_code")))
+    fields = {k: v for k, v in config.to_dict().items() if k not in ("architectures", "transformers_version", "dtype", "torch_dtype")}
+    return {**model_cfg, "path": None, "config": fields}
+
+
+def materialize(
+    build: Callable[[Mapping[str, Any]], nn.Module],
+    model_cfg: Mapping[str, Any],
+    settings: EngineSettings,
+    device: torch.device,
+) -> tuple[nn.Module, nn.Module]:
+    """Build, cast and place a role's model; returns ``(module, model)`` (see :func:`shard_model`).
+
+    ``build(model_cfg)`` loads the weights (and applies LoRA, activation checkpointing). Under FSDP2 at
+    world > 1 only rank 0 builds real weights; the other ranks build on the meta device and receive
+    their shards by broadcast, so no rank but one ever holds the whole model during load.
+    """
+    if settings.strategy != "fsdp2" or _world() == 1:
+        module = build(model_cfg)
+        module.to(settings.storage_dtype)
+        return module, shard_model(module, settings, device)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if _rank() == 0:
+        full = build(model_cfg).to(settings.storage_dtype)
+        state = full.state_dict()
+        buffers = {name: buffer for name, buffer in full.named_buffers()}
+    else:
+        with torch.device("meta"):
+            full = build(_meta_model_cfg(model_cfg)).to(settings.storage_dtype)
+        state, buffers = {}, {}
+    names = [name for name, _ in full.named_buffers()]
+    _fully_shard(full, settings, device)
+    full.to_empty(device="cpu" if settings.cpu_offload else device)
+    set_model_state_dict(full, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for name, buffer in full.named_buffers():  # non-persistent buffers (rotary inv_freq) are not in the state
+        if name in names:
+            if _rank() == 0:
+                buffer.copy_(buffers[name].to(buffer.device))
+            dist.broadcast(buffer, src=0)
+    return full, full
+
+
+# --------------------------------------------------------------------------- running
+
+
+@contextlib.contextmanager
+def serving(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
+    """Sampling and scoring without gradients: FSDP2 gathers the weights once for the whole block (no
+    collective per forward, so ranks may run different numbers of steps); DDP autocasts as in training."""
+    if settings.strategy != "fsdp2":
+        context = torch.autocast(module_device(module).type, dtype=settings.compute_dtype) if settings.autocast else contextlib.nullcontext()
+        with context:
+            yield module
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    wrapped = [sub for sub in module.modules() if isinstance(sub, FSDPModule)]
+    for sub in wrapped:
+        sub.unshard()
+    for sub in wrapped:
+        sub.set_reshard_after_forward(False, recurse=False)
+    try:
+        yield module
+    finally:
+        for sub in wrapped:
+            sub.set_reshard_after_forward(settings.reshard_after_forward, recurse=False)
+            sub.reshard()
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of the module's first parameter (local shard under FSDP2)."""
+    from torch.distributed.tensor import DTensor
+
+    parameter = next(module.parameters())
+    return parameter.to_local().device if isinstance(parameter, DTensor) else parameter.device
+
+
+def _full_tensor(tensor: Any) -> torch.Tensor:
+    """The whole of a DTensor (a plain tensor as it is); CPU-offloaded shards hop to CUDA for NCCL."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(tensor, DTensor):
+        return tensor
+    local = tensor.to_local()
+    if local.device.type == "cpu" and dist.get_backend() == "nccl":
+        moved = DTensor.from_local(local.cuda(), tensor.device_mesh, tensor.placements, shape=tensor.shape, stride=tensor.stride())
+        return moved.full_tensor().to(local.device)
+    return tensor.full_tensor()
+
+
+def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> float:
+    """Clip to the global gradient norm, over every shard of every rank; returns that norm."""
+    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    if not grads:
+        return 0.0
+    total = _full_tensor(torch.nn.utils.get_total_norm(grads, 2.0))
+    if max_norm != float("inf"):
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return float(total)
+
+
+# --------------------------------------------------------------------------- full weights and sizes
+
+
+def full_state_items(module: nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, full tensor)`` of the state dict, gathered shard by shard (FSDP2), for DDP or plain modules.
+
+    Collective under FSDP2: every rank must iterate to the end. Tensors are on the module's device;
+    floating ones are cast to ``dtype`` when given.
+    """
+    inner = module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
+    for name, tensor in inner.state_dict().items():
+        value = _full_tensor(tensor)
+        if dtype is not None and value.is_floating_point():
+            value = value.to(dtype)
+        yield name, value.detach()
+
+
+def full_state_buckets(
+    module: nn.Module, bucket_bytes: int = 512 << 20, dtype: torch.dtype | None = None
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """:func:`full_state_items` grouped into lists of about ``bucket_bytes`` (for weight sync to a rollout engine)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in full_state_items(module, dtype):
+        bucket.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+        if size >= bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+    if bucket:
+        yield bucket
+
+
+def full_state_dict(module: nn.Module, dtype: torch.dtype | None = None, rank0_only: bool = True) -> dict[str, torch.Tensor]:
+    """The full state on the CPU (rank 0 only by default: other ranks take part and get ``{}``)."""
+    keep = not rank0_only or _rank() == 0
+    state = {}
+    for name, tensor in full_state_items(module, dtype):
+        if keep:
+            state[name] = tensor.cpu().contiguous()
+    return state
+
+
+def _local_bytes(tensor: torch.Tensor | None) -> int:
+    from torch.distributed.tensor import DTensor
+
+    if tensor is None or not isinstance(tensor, torch.Tensor):
+        return 0
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return local.numel() * local.element_size()
+
+
+def local_state_bytes(module: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
+    """Bytes this rank holds for parameters, gradients and optimizer state (local shards under FSDP2).
+
+    Gradients count as the trainable parameters' local size: that is what they take during backward
+    (they are freed after each optimizer step, so reading ``.grad`` afterwards would say 0).
+    """
+    parameters = list(module.parameters())
+    optim = 0
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            optim += sum(_local_bytes(value) for value in state.values() if isinstance(value, torch.Tensor) and value.dim() > 0)
+    return {
+        "params": sum(_local_bytes(p) for p in parameters),
+        "grads": sum(_local_bytes(p) for p in parameters if p.requires_grad),
+        "optimizer": optim,
+    }
