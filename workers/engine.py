@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlhfctl.models.loading import resolve_dtype
+from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home of the strategy default
 from rlhfctl.single_controller import register_dispatch_mode
 from rlhfctl.single_controller.worker import free_port
 from workers.recipe import section
@@ -54,7 +55,6 @@ __all__ = [
     "shard_model",
 ]
 
-STRATEGIES = ("fsdp2", "ddp")
 FSDP_DEFAULTS: dict[str, Any] = {"reshard_after_forward": True, "cpu_offload": False}
 
 
@@ -68,15 +68,6 @@ def _rank_zero_result(info: Any, outputs: list) -> Any:
 
 ONE_TO_ALL_FIRST = register_dispatch_mode("ONE_TO_ALL_FIRST", _same_args, _rank_zero_result)
 """Every rank runs the call (a collective such as gathering sharded weights); the caller gets rank 0's result."""
-
-
-def resolve_strategy(strategy: str | None, world_size: int) -> str:
-    """The one home of the strategy default: ``fsdp2`` when the role has more than one rank, else ``ddp``."""
-    if strategy is None:
-        return "fsdp2" if int(world_size) > 1 else "ddp"
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
-    return str(strategy)
 
 
 @dataclass(frozen=True)

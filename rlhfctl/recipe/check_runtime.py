@@ -231,7 +231,7 @@ def _check_task(cfg: Any) -> list[Issue]:
 
 def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
     """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload`` without fsdp2."""
-    from workers.engine import resolve_strategy  # the one home of the strategy default
+    from rlhfctl.recipe.resolve import resolve_strategy  # the one home of the strategy default
 
     issues = []
     for role in present_roles(cfg):

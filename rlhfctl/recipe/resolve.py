@@ -24,6 +24,7 @@ from typing import Any
 from rlhfctl.recipe.schema import ROLE_NAMES
 
 __all__ = [
+    "STRATEGIES",
     "TRAINER_FALLBACKS",
     "EffectiveRecipe",
     "RoleUpdate",
@@ -31,6 +32,7 @@ __all__ = [
     "present_roles",
     "reference_source",
     "resolve",
+    "resolve_strategy",
     "role_setting",
     "role_update",
     "samples_per_rank",
@@ -106,6 +108,18 @@ def needs_old_log_probs(cfg: Any) -> bool:
     actor = role_update(cfg, "actor")
     batch_size = int(cfg["trainer"]["batch_size"])
     return bool(actor.ppo_epochs > 1 or actor.mini_batch_size < batch_size or cfg["algorithm"]["kl"]["use_in_reward"])
+
+
+STRATEGIES = ("fsdp2", "ddp")
+
+
+def resolve_strategy(strategy: str | None, world_size: int) -> str:
+    """The one home of the strategy default: ``fsdp2`` when the role has more than one rank, else ``ddp``."""
+    if strategy is None:
+        return "fsdp2" if int(world_size) > 1 else "ddp"
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of: {', '.join(STRATEGIES)}")
+    return str(strategy)
 
 
 def samples_per_rank(mini_batch_prompts: int | None, n: int, world_size: int, rows: int) -> int:

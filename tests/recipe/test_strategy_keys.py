@@ -6,7 +6,7 @@ import pytest
 
 from rlhfctl.cli import app
 from tests.recipe.builders import BASE_RECIPE, write_recipe
-from workers.engine import resolve_strategy
+from rlhfctl.recipe.resolve import resolve_strategy
 
 
 @pytest.fixture
