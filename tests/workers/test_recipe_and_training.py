@@ -8,7 +8,7 @@ import torch
 from rlhfctl.single_controller import Dispatch, Execute, registered_methods
 from tests.workers.recipes import TINY_MODEL, tiny_recipe
 from rlhfctl.recipe import recipe_from_dict
-from rlhfctl.recipe.check_workers import check_workers
+from rlhfctl.recipe.check_runtime import check_workers
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.schema import ActorRole, CriticRole, ReferenceRole, RewardRole
 from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
