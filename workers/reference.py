@@ -56,5 +56,6 @@ class ReferenceWorker(RoleWorker):
             micro_batch_size=self.config["micro_batch_size"],
             temperature=float(temperature) if temperature is not None else 1.0,
             with_entropy=False,
+            padding_free=self.padding_free(self.model),
         )
         return DataProto.from_dict({"ref_log_prob": log_probs})
