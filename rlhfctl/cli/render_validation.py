@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlhfctl.cli.console import print_line
+from rlhfctl.cli.render_memory import render_memory
 from rlhfctl.recipe.report import ValidationReport
 
 __all__ = ["render_issues", "render_pools", "render_batch", "render_report"]
@@ -74,6 +75,7 @@ def render_report(console: Console, report: ValidationReport, errors_console: Co
     if report.pools:
         render_pools(console, report)
     render_batch(console, report)
+    render_memory(console, report.memory)
     render_issues(console, report, errors_console)
     warnings = len(report.warnings)
     if report.ok:

@@ -20,12 +20,14 @@ def validate(
     overrides: Optional[List[str]] = OverridesArg(),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="prompts per step for the table (default trainer.batch_size)"),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table for people, json for tools"),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", help="memory of one device (e.g. 80GiB) to compare the memory plan with (default: CUDA's, when visible)"),
 ) -> None:
     """Check a recipe without starting anything, and show its batch-size table.
 
     Checks keys and types, worker classes and their registered methods, the reward function, data
     files, pools, what the algorithm needs, and the batch-size arithmetic (per-rank shards with
-    padding, mini-batches, micro-batches and gradient accumulation). No weights are loaded.
+    padding, mini-batches, micro-batches and gradient accumulation), and shows the memory plan: each
+    role's parameter, gradient, optimizer-state and KV-cache bytes per rank. No weights are loaded.
     A pipeline file (top-level `stages:`) gets every stage's recipe checked the way `rlhfctl pipeline`
     checks them before it runs; overrides are then `output_dir=DIR` or `STAGE.KEY=value`.
     Exits 2 when there is an error.
@@ -50,7 +52,7 @@ def validate(
             _validate_pipeline(path, overrides, output_format, console, err)
             return
         cfg, path = load_for_command(recipe, overrides)
-        report = validate_recipe(cfg, batch_size=batch_size)
+        report = validate_recipe(cfg, batch_size=batch_size, device_memory=_device_bytes(device_memory))
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
         else:
@@ -58,6 +60,18 @@ def validate(
             render_report(console, report, errors_console=err)
         if not report.ok:
             raise typer.Exit(EXIT_USER)
+
+
+def _device_bytes(text: Optional[str]) -> Optional[int]:
+    """--device-memory as bytes; a bad size is a usage error (exit 2) naming the option."""
+    if text is None:
+        return None
+    from rlhfctl.recipe.memory_plan import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as problem:
+        raise typer.BadParameter(str(problem), param_hint="--device-memory") from None
 
 
 def _validate_pipeline(path: Path, overrides: Optional[List[str]], output_format: OutputFormat, console: Any,

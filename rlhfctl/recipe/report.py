@@ -9,6 +9,7 @@ from rlhfctl.recipe.errors import RecipeError
 
 if TYPE_CHECKING:
     from rlhfctl.recipe.arithmetic import BatchTable
+    from rlhfctl.recipe.memory_plan import MemoryPlan
     from rlhfctl.recipe.pools import PoolInfo
 
 __all__ = ["Issue", "ValidationReport", "error", "warning"]
@@ -40,6 +41,7 @@ class ValidationReport:
     issues: list[Issue] = field(default_factory=list)
     batch: "BatchTable | None" = None
     pools: "dict[str, PoolInfo]" = field(default_factory=dict)
+    memory: "MemoryPlan | None" = None
 
     @property
     def errors(self) -> list[Issue]:
@@ -65,11 +67,12 @@ class ValidationReport:
             raise RecipeError(first.message + suffix, key_path=first.key_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view: ok, errors, warnings, batch, pools."""
+        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory."""
         return {
             "ok": self.ok,
             "errors": [asdict(issue) for issue in self.errors],
             "warnings": [asdict(issue) for issue in self.warnings],
             "batch": None if self.batch is None else self.batch.to_dict(),
             "pools": {name: pool.to_dict() for name, pool in self.pools.items()},
+            "memory": None if self.memory is None else self.memory.to_dict(),
         }
