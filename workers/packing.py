@@ -247,7 +247,6 @@ def packed_sequence_scores(model: nn.Module, input_ids: torch.Tensor, attention_
 class _Layout:
     rows: int
     width: int
-    gather: torch.Tensor  # (rows * width,) packed index per padded cell, T for a pad (a zero row)
     real: torch.Tensor  # (T,) padded cell of each packed token
 
 
@@ -259,17 +258,14 @@ def _layout_of(cu_seq_lens: torch.Tensor) -> _Layout:
     sequence = torch.repeat_interleave(torch.arange(lengths.shape[0], device=device), lengths)
     column = torch.arange(total, device=device) - cu_seq_lens[:-1].long()[sequence]
     rows, width = lengths.shape[0], int(lengths.max())
-    real = sequence * width + column
-    gather = torch.full((rows * width,), total, dtype=torch.long, device=device)
-    gather[real] = torch.arange(total, device=device)
-    return _Layout(rows, width, gather, real)
+    return _Layout(rows, width, sequence * width + column)
 
 
 def _unpack(states: torch.Tensor, layout: _Layout) -> torch.Tensor:
     """(1, heads, T, dim) -> (rows, heads, width, dim), right-padded with zeros."""
     flat = states[0].transpose(0, 1)
-    flat = torch.cat([flat, flat.new_zeros(1, *flat.shape[1:])])
-    return flat[layout.gather].view(layout.rows, layout.width, *flat.shape[1:]).transpose(1, 2)
+    padded = flat.new_zeros(layout.rows * layout.width, *flat.shape[1:]).index_copy(0, layout.real, flat)
+    return padded.view(layout.rows, layout.width, *flat.shape[1:]).transpose(1, 2)
 
 
 def _sdpa_or_varlen(
@@ -289,7 +285,7 @@ def _sdpa_or_varlen(
     out, _ = sdpa_attention_forward(
         module, _unpack(query, layout), _unpack(key, layout), _unpack(value, layout), None, **kwargs
     )
-    return out.reshape(layout.rows * layout.width, *out.shape[2:])[layout.real].unsqueeze(0), None
+    return out.reshape(layout.rows * layout.width, *out.shape[2:]).index_select(0, layout.real).unsqueeze(0), None
 
 
 # transformers' documented extension point; the kernel is unchanged for every call without cu_seq_lens_q.

@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceC
 
 import workers.packing as packing
 from rlhfctl.algorithms import agg_loss
-from rlhfctl.models.loading import CausalLMWithValueHead, load_token_value_model
+from rlhfctl.models.loading import CausalLMWithValueHead, enable_activation_checkpointing, load_token_value_model
 from workers.critic import response_values
 from workers.log_probs import position_ids_from_mask, sequence_log_probs
 from workers.micro_batches import TokenBudgetError, split_by_tokens
@@ -76,7 +76,7 @@ def test_padding_free_gradients_equal_the_padded_ones(checkpointing):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(tiny_config("qwen2")).train()
     if checkpointing:  # recomputation replays the varlen arguments with each layer
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     batch = rollout_batch(seed=1)
     grads = []
     for padding_free in (False, True):
