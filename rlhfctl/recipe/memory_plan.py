@@ -189,7 +189,6 @@ def _role_memory(recipe: Mapping[str, Any], spec: "_RoleSpec", world: int, pool:
     strategy = role_strategy(section, world)
     offload = bool((section.get("fsdp") or {}).get("cpu_offload"))
     all_shapes, trained = _shapes(model, False), (_shapes(model, True) if spec.trainable else [])
-    frozen_shapes = [shape for shape in all_shapes] if not spec.trainable else None
     dtype = str(spec.model_cfg.get("dtype") or "float32")
     compute_bytes = _dtype_bytes(dtype)
     kv = 0
@@ -200,15 +199,11 @@ def _role_memory(recipe: Mapping[str, Any], spec: "_RoleSpec", world: int, pool:
     sharded = strategy == "fsdp2" and world > 1
     ranks = []
     for rank in range(world):
-        if spec.trainable:
-            trainable_elements = _per_rank_elements(trained, world, rank, sharded)
-            frozen_elements = _per_rank_elements(all_shapes, world, rank, sharded) - trainable_elements
-            params = trainable_elements * _MASTER_BYTES + frozen_elements * compute_bytes
-        else:
-            trainable_elements = 0
-            params = _per_rank_elements(frozen_shapes or [], world, rank, sharded) * compute_bytes
-        grads = trainable_elements * _MASTER_BYTES
-        ranks.append(RankMemory(rank, params, grads, trainable_elements * _MASTER_BYTES * _ADAM_MOMENTS, kv, offload))
+        trained_elements = _per_rank_elements(trained, world, rank, sharded)
+        frozen_elements = _per_rank_elements(all_shapes, world, rank, sharded) - trained_elements
+        params = trained_elements * _MASTER_BYTES + frozen_elements * compute_bytes
+        grads = trained_elements * _MASTER_BYTES
+        ranks.append(RankMemory(rank, params, grads, grads * _ADAM_MOMENTS, kv, offload))
     return RoleMemory(
         role=spec.role, pool=pool, world_size=world, strategy=strategy, trainable=spec.trainable,
         param_dtype="float32 (master)" if spec.trainable else dtype,
