@@ -16,6 +16,8 @@ from workers.engine import serving
 from workers.sampling.generation import SamplingParams, generate_batch
 from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
 from workers.lora import adapter_disabled, apply_lora, is_lora
+from workers.memory import StateObserver
+from workers.micro_batches import loss_token_counts
 from workers.recipe import (
     ACTOR_DEFAULTS,
     kl_config,
@@ -119,6 +121,7 @@ class ActorWorker(TrainableRoleWorker):
                 device=self.device,
                 micro_batch_size=self.config["micro_batch_size"],
                 temperature=self._temperature(data),
+                padding_free=self.padding_free(self.module),
             )
         return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
 
@@ -141,6 +144,7 @@ class ActorWorker(TrainableRoleWorker):
                 micro_batch_size=self.config["micro_batch_size"],
                 temperature=self._temperature(data),
                 with_entropy=False,
+                padding_free=self.padding_free(self.module),
             )
         return DataProto.from_dict({"ref_log_prob": log_probs})
 
@@ -153,7 +157,8 @@ class ActorWorker(TrainableRoleWorker):
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches (micro-batched, grad-accumulated, clipped); returns
         rank-averaged metrics ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``,
-        ``actor/ppo_kl``, ``actor/entropy``, ``actor/kl_loss`` (with the KL loss), ``actor/grad_norm``, ``actor/lr``.
+        ``actor/ppo_kl``, ``actor/entropy``, ``actor/kl_loss`` (with the KL loss), ``actor/grad_norm``, ``actor/lr``,
+        and the largest rank's ``memory/actor/state_gib`` (``max_allocated_gib`` too on CUDA).
 
         Without ``old_log_probs`` the batch is taken as on-policy: the detached log-probs of the
         current weights serve as the old ones. That saves the separate ``compute_log_prob`` pass and
@@ -182,8 +187,13 @@ class ActorWorker(TrainableRoleWorker):
         lr = float(self.scheduler.get_last_lr()[0])
         self.model.train()
         loss_fn = functools.partial(
-            self._policy_loss, on_policy=on_policy, use_kl=use_kl, temperature=self._temperature(data)
+            self._policy_loss,
+            on_policy=on_policy,
+            use_kl=use_kl,
+            temperature=self._temperature(data),
+            padding_free=self.padding_free(self.module),
         )
+        observer = StateObserver(self.module, self.optimizer)
         metrics = optimize_on_batch(
             batch,
             model=self.model,
@@ -195,21 +205,31 @@ class ActorWorker(TrainableRoleWorker):
             micro_batch_rows=self.config["micro_batch_size"],
             grad_clip=self.optim_cfg["grad_clip"],
             generator=make_generator("cpu", self.seed, self.rank, "update", self.update_calls),
+            micro_batch_tokens=self.micro_batch_tokens(),
+            row_tokens=batch["attention_mask"].sum(-1),
+            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])),
+            budget_key=f"roles.{self.role}.micro_batch_tokens",
+            after_step=observer,
         )
         self.scheduler.step()
         self.update_calls += 1
         named = {f"actor/{key}": value for key, value in metrics.items()}
         named["actor/lr"] = lr
-        return allreduce_mean(named, self.device)
+        return {**allreduce_mean(named, self.device), **observer.metrics(self.role, self.device)}
 
     def _policy_loss(
-        self, micro: dict[str, torch.Tensor], *, on_policy: bool, use_kl: bool, temperature: float
+        self, micro: dict[str, torch.Tensor], *, on_policy: bool, use_kl: bool, temperature: float, padding_free: bool
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         config = self.config
         coeff = float(config["entropy_coeff"] or 0.0)
         agg = str(config["loss_agg_mode"])
         log_probs, entropy = sequence_log_probs(
-            self.model, micro, temperature=temperature, with_entropy=True, entropy_grad=coeff != 0.0
+            self.model,
+            micro,
+            temperature=temperature,
+            with_entropy=True,
+            entropy_grad=coeff != 0.0,
+            padding_free=padding_free,
         )
         mask = micro["response_mask"]
         old = log_probs.detach() if on_policy else micro["old_log_probs"].to(log_probs.dtype)

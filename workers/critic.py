@@ -14,6 +14,9 @@ from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
 from workers.log_probs import position_ids_from_mask
+from workers.memory import StateObserver
+from workers.micro_batches import loss_token_counts
+from workers.packing import packed_response_values
 from workers.recipe import (
     CRITIC_DEFAULTS,
     model_config,
@@ -38,14 +41,19 @@ __all__ = ["CriticWorker", "response_values"]
 _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "returns", "values")
 
 
-def response_values(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Values (B, R) at the response positions: the value for token t is read at position P + t - 1."""
+def response_values(model: nn.Module, batch: Mapping[str, torch.Tensor], padding_free: bool = False) -> torch.Tensor:
+    """Values (B, R) at the response positions: the value for token t is read at position P + t - 1.
+
+    With ``padding_free`` the rows run packed into one (``workers.packing``); pad cells are then 0.
+    """
     from rlhfctl.models.loading import token_values
 
     response_length = batch["responses"].shape[1]
     position_ids = batch.get("position_ids")
     if position_ids is None:
         position_ids = position_ids_from_mask(batch["attention_mask"])
+    if padding_free:
+        return packed_response_values(model, batch, position_ids)
     values = token_values(model, batch["input_ids"], batch["attention_mask"], position_ids)
     return values[:, -response_length - 1 : -1].float()
 
@@ -98,10 +106,11 @@ class CriticWorker(TrainableRoleWorker):
         rows = len(data)
         step = int(self.config["micro_batch_size"] or rows)
         parts = []
+        padding_free = self.padding_free(self.module)
         with serving(self.module, self.engine), torch.no_grad():
             for start in range(0, rows, step):
                 micro = {key: data.batch[key][start : start + step].to(self.device) for key in keys}
-                parts.append(response_values(self.module, micro).cpu())
+                parts.append(response_values(self.module, micro, padding_free).cpu())
         values = torch.cat(parts)
         if "response_mask" in data.batch:
             values = values * data.batch["response_mask"].to(values.dtype)
@@ -110,7 +119,8 @@ class CriticWorker(TrainableRoleWorker):
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Clipped value-loss epochs over mini-batches; returns rank-averaged ``critic/vf_loss``,
-        ``critic/vf_clipfrac``, ``critic/vpred_mean``, ``critic/grad_norm``, ``critic/lr``."""
+        ``critic/vf_clipfrac``, ``critic/vpred_mean``, ``critic/grad_norm``, ``critic/lr``, and the largest
+        rank's ``memory/critic/state_gib`` (``max_allocated_gib`` too on CUDA)."""
         self._require_model()
         self._require_keys(data, _UPDATE_KEYS, "update_critic")
         batch = {key: data.batch[key] for key in _UPDATE_KEYS + ("position_ids",) if key in data.batch}
@@ -120,26 +130,35 @@ class CriticWorker(TrainableRoleWorker):
         check_same_across_ranks(rows, "the number of rows in update_critic", self.device)
         lr = float(self.scheduler.get_last_lr()[0])
         self.model.train()
+        padding_free = self.padding_free(self.module)
+        observer = StateObserver(self.module, self.optimizer)
         metrics = optimize_on_batch(
             batch,
             model=self.model,
             optimizer=self.optimizer,
-            loss_fn=self._value_loss,
+            loss_fn=lambda micro: self._value_loss(micro, padding_free),
             device=self.device,
             epochs=max(1, int(self.config["ppo_epochs"] or 1)),
             mini_batch_rows=samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, rows),
             micro_batch_rows=self.config["micro_batch_size"],
             grad_clip=self.optim_cfg["grad_clip"],
             generator=make_generator("cpu", self.seed, self.rank, "critic-update", self.update_calls),
+            micro_batch_tokens=self.micro_batch_tokens(),
+            row_tokens=batch["attention_mask"].sum(-1),
+            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])),
+            budget_key=f"roles.{self.role}.micro_batch_tokens",
+            after_step=observer,
         )
         self.scheduler.step()
         self.update_calls += 1
         named = {f"critic/{key}": value for key, value in metrics.items()}
         named["critic/lr"] = lr
-        return allreduce_mean(named, self.device)
+        return {**allreduce_mean(named, self.device), **observer.metrics(self.role, self.device)}
 
-    def _value_loss(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        predictions = response_values(self.model, micro)
+    def _value_loss(
+        self, micro: dict[str, torch.Tensor], padding_free: bool = False
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        predictions = response_values(self.model, micro, padding_free)
         clip = self.config.get("cliprange_value")
         loss, metrics = value_loss(
             predictions,

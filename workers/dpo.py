@@ -36,10 +36,13 @@ POLICY_PAIR_KEYS = tuple(f"{side}_{key}" for side in ("chosen", "rejected") for 
 _REF_KEYS = ("chosen_ref_logp", "rejected_ref_logp")
 
 
-def response_logps(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed response log-probs (B,) of the chosen and rejected sides, from one forward pass over both."""
+def response_logps(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], padding_free: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed response log-probs (B,) of the chosen and rejected sides, from one forward pass over both
+    (one packed row with ``padding_free``)."""
     both = {key: torch.cat([batch[f"chosen_{key}"], batch[f"rejected_{key}"]]) for key in _SIDE_KEYS}
-    log_probs, _ = sequence_log_probs(model, both, temperature=1.0, with_entropy=False)
+    log_probs, _ = sequence_log_probs(model, both, temperature=1.0, with_entropy=False, padding_free=padding_free)
     sums = (log_probs * both["response_mask"].to(log_probs.dtype)).sum(-1)
     rows = batch["chosen_input_ids"].shape[0]
     return sums[:rows], sums[rows:]
@@ -61,10 +64,11 @@ class DPOWorker(ActorWorker):
         rows = len(batch)
         check_same_across_ranks(rows, "the number of pairs in train_dpo", self.device)
         lr = float(self.scheduler.get_last_lr()[0])
+        padding_free = self.padding_free(self.module)
         self.model.train()
 
         def loss_fn(micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            chosen, rejected = response_logps(self.model, micro)
+            chosen, rejected = response_logps(self.model, micro, padding_free)
             loss, metrics = dpo_loss(chosen, rejected, micro["chosen_ref_logp"].float(),
                                      micro["rejected_ref_logp"].float(), self.beta)
             return loss, {"loss": loss.detach(), **metrics}
@@ -80,6 +84,9 @@ class DPOWorker(ActorWorker):
             micro_batch_rows=self.config["micro_batch_size"],
             grad_clip=self.optim_cfg["grad_clip"],
             generator=make_generator("cpu", self.seed, self.rank, "dpo", self.update_calls),
+            micro_batch_tokens=self.micro_batch_tokens(),
+            row_tokens=batch.batch["chosen_attention_mask"].sum(-1) + batch.batch["rejected_attention_mask"].sum(-1),
+            budget_key=f"roles.{self.role}.micro_batch_tokens",
         )
         self.scheduler.step()
         self.update_calls += 1
@@ -91,12 +98,13 @@ class DPOWorker(ActorWorker):
         self._require_model()
         self._require_keys(batch, POLICY_PAIR_KEYS, "eval_dpo")
         self.module.eval()
+        padding_free = self.padding_free(self.module)
         step = int(self.config["micro_batch_size"] or len(batch))
         chosen_parts, rejected_parts = [], []
         with serving(self.module, self.engine), torch.no_grad():
             for start in range(0, len(batch), step):
                 micro = {key: batch.batch[key][start : start + step].to(self.device) for key in POLICY_PAIR_KEYS}
-                chosen, rejected = response_logps(self.module, micro)
+                chosen, rejected = response_logps(self.module, micro, padding_free)
                 chosen_parts.append(chosen.cpu())
                 rejected_parts.append(rejected.cpu())
         return DataProto.from_dict({"chosen_logp": torch.cat(chosen_parts), "rejected_logp": torch.cat(rejected_parts)})

@@ -3,7 +3,8 @@
 With ``P`` prompt columns and ``R`` response columns, the token at response position ``t`` is
 predicted by the logits at sequence position ``P + t - 1``. Logits are divided by the sampling
 temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32. Where rows
-repeat a prompt, the prompt part may run once per distinct prompt (``workers.sampling.prompt_sharing``).
+repeat a prompt, the prompt part may run once per distinct prompt (``workers.sampling.prompt_sharing``); with
+``padding_free`` the rows run packed into one, without their pad tokens (``workers.packing``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import nn
 
 from rlhfctl.algorithms import entropy_from_logits
 from workers.forward import lm_forward
+from workers.packing import packed_response_log_probs
 from workers.sampling.prompt_sharing import shared_prompt_logits
 
 __all__ = ["position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
@@ -32,12 +34,15 @@ def sequence_log_probs(
     temperature: float = 1.0,
     with_entropy: bool = True,
     entropy_grad: bool = True,
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (B, R) of ``batch['responses']`` and their entropies (or None); keeps the graph.
 
     ``batch`` holds ``input_ids``, ``attention_mask``, ``responses`` and optionally ``position_ids``
     (computed from the mask when absent), all on the model's device. With ``entropy_grad=False``
-    the entropy is computed from detached logits (a metric only, no graph kept for it).
+    the entropy is computed from detached logits (a metric only, no graph kept for it). With
+    ``padding_free`` the rows run as one packed row; cells where the response token or the one before
+    it is padding are then 0 (the padded pass leaves values there that every caller masks out).
     """
     responses = batch["responses"]
     response_length = responses.shape[1]
@@ -47,6 +52,10 @@ def sequence_log_probs(
         position_ids = position_ids_from_mask(attention_mask)
     # One prompt pass per distinct prompt where the batch repeats prompts (n samples each) and it pays.
     logits = shared_prompt_logits(model, batch, position_ids)
+    if logits is None and padding_free:
+        return packed_response_log_probs(
+            model, batch, position_ids, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad
+        )
     if logits is None:
         output = lm_forward(
             model,
@@ -75,6 +84,7 @@ def response_log_probs(
     micro_batch_size: int | None = None,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`sequence_log_probs` without gradients, in micro-batches; results on the CPU."""
     rows = batch["responses"].shape[0]
@@ -86,7 +96,9 @@ def response_log_probs(
     with torch.inference_mode():
         for start in range(0, rows, step):
             micro = {key: batch[key][start : start + step].to(device) for key in keys}
-            log_probs, entropy = sequence_log_probs(model, micro, temperature=temperature, with_entropy=with_entropy)
+            log_probs, entropy = sequence_log_probs(
+                model, micro, temperature=temperature, with_entropy=with_entropy, padding_free=padding_free
+            )
             log_prob_parts.append(log_probs.cpu())
             if entropy is not None:
                 entropy_parts.append(entropy.cpu())

@@ -60,5 +60,6 @@ class ReferenceWorker(RoleWorker):
                 micro_batch_size=self.config.get("micro_batch_size"),
                 temperature=float(temperature) if temperature is not None else 1.0,
                 with_entropy=False,
+                padding_free=self.padding_free(self.model),
             )
         return DataProto.from_dict({"ref_log_prob": log_probs})

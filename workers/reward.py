@@ -13,6 +13,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
+from workers.packing import packed_sequence_scores
 from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
 from workers.reward_functions import ON_ERROR_POLICIES, RewardFunctionError, call_reward_function, load_reward_function
 from workers.role import RoleWorker
@@ -177,6 +178,8 @@ class RewardWorker(RoleWorker):
             for start in range(0, len(texts), step):
                 encoded = self.model_tokenizer(texts[start : start + step], padding=True, return_tensors="pt")
                 encoded = {key: encoded[key].to(self.device) for key in ("input_ids", "attention_mask")}
-                logits = self.model(**encoded).logits
-                scores.extend(logits[:, 0].float().cpu().tolist())
+                if self.padding_free(self.model):
+                    scores.extend(packed_sequence_scores(self.model, **encoded).cpu().tolist())
+                else:
+                    scores.extend(self.model(**encoded).logits[:, 0].float().cpu().tolist())
         return scores

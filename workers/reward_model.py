@@ -23,6 +23,7 @@ from rlhfctl.algorithms.preference_losses import bradley_terry_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
+from workers.packing import packed_sequence_scores
 from workers.recipe import model_config, optim_config, section, trainer_config
 from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
@@ -34,11 +35,17 @@ __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 PAIR_KEYS = ("chosen_input_ids", "chosen_attention_mask", "rejected_input_ids", "rejected_attention_mask")
 
 
-def pair_scores(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores (B,) of the chosen and the rejected sequences, from one forward pass over both."""
+def pair_scores(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], padding_free: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores (B,) of the chosen and the rejected sequences, from one forward pass over both (one packed
+    row with ``padding_free``)."""
     input_ids = torch.cat([batch["chosen_input_ids"], batch["rejected_input_ids"]])
     attention_mask = torch.cat([batch["chosen_attention_mask"], batch["rejected_attention_mask"]])
-    scores = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
+    if padding_free:
+        scores = packed_sequence_scores(model, input_ids, attention_mask)
+    else:
+        scores = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
     rows = batch["chosen_input_ids"].shape[0]
     return scores[:rows], scores[rows:]
 
@@ -93,8 +100,8 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
             enable_activation_checkpointing(model)
         return model
 
-    def _loss(self, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        chosen, rejected = pair_scores(self.model, micro)
+    def _loss(self, micro: dict[str, torch.Tensor], padding_free: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        chosen, rejected = pair_scores(self.model, micro, padding_free)
         loss, metrics = bradley_terry_loss(chosen, rejected, self.margin)
         return loss, {"loss": loss.detach(), **metrics}
 
@@ -107,18 +114,22 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         rows = len(batch)
         check_same_across_ranks(rows, "the number of pairs in train_reward_model", self.device)
         lr = float(self.scheduler.get_last_lr()[0])
+        padding_free = self.padding_free(self.module)
         self.model.train()
         metrics = optimize_on_batch(
             {key: batch.batch[key] for key in PAIR_KEYS},
             model=self.model,
             optimizer=self.optimizer,
-            loss_fn=self._loss,
+            loss_fn=lambda micro: self._loss(micro, padding_free),
             device=self.device,
             epochs=1,
             mini_batch_rows=rows,
             micro_batch_rows=None,
             grad_clip=self.optim_cfg["grad_clip"],
             generator=make_generator("cpu", self.seed, self.rank, "reward-model", self.update_calls),
+            micro_batch_tokens=self.micro_batch_tokens(),
+            row_tokens=batch.batch["chosen_attention_mask"].sum(-1) + batch.batch["rejected_attention_mask"].sum(-1),
+            budget_key=f"roles.{self.role}.micro_batch_tokens",
         )
         self.scheduler.step()
         self.update_calls += 1
@@ -131,5 +142,6 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         self._require_keys(batch, PAIR_KEYS, "eval_reward_model")
         self.module.eval()
         with serving(self.module, self.engine), torch.no_grad():
-            chosen, rejected = pair_scores(self.module, {key: batch.batch[key].to(self.device) for key in PAIR_KEYS})
+            pairs = {key: batch.batch[key].to(self.device) for key in PAIR_KEYS}
+            chosen, rejected = pair_scores(self.module, pairs, self.padding_free(self.module))
         return DataProto.from_dict({"chosen_score": chosen.cpu(), "rejected_score": rejected.cpu()})

@@ -11,7 +11,8 @@ from torch import nn
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Worker
 from workers.engine import EngineSettings, engine_settings, materialize
-from workers.recipe import plain, trainer_config, uses_gpu
+from workers.packing import use_padding_free
+from workers.recipe import plain, section, trainer_config, uses_gpu
 from workers.seeding import derive_seed, seed_everything
 
 __all__ = ["RoleWorker"]
@@ -59,6 +60,16 @@ class RoleWorker(Worker):
         if self.device.type == "cuda":
             # Ray isolates one GPU per rank (device 0); init_distributed may have picked another.
             self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def padding_free(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` runs micro-batches packed: ``roles.<role>.padding_free`` (null: where it can)."""
+        setting = section(self.recipe, "roles", self.role).get("padding_free")
+        return use_padding_free(setting, model, f"roles.{self.role}.padding_free")
+
+    def micro_batch_tokens(self) -> int | None:
+        """``roles.<role>.micro_batch_tokens``: the token budget of a training micro-batch (null: by rows)."""
+        value = section(self.recipe, "roles", self.role).get("micro_batch_tokens")
+        return int(value) if value else None
 
     def _require_model(self, attribute: str = "model") -> None:
         if getattr(self, attribute, None) is None:

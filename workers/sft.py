@@ -16,7 +16,6 @@ packed demonstration (it finds them from the restarting ``position_ids``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +29,7 @@ from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
 from workers.forward import lm_forward
 from workers.engine import serving
+from workers.packing import packed_token_nll
 from workers.seeding import make_generator
 from workers.training import allreduce_mean, check_same_across_ranks, distributed, optimize_on_batch
 
@@ -38,8 +38,16 @@ __all__ = ["SFT_KEYS", "SFTWorker", "token_nll"]
 SFT_KEYS = ("input_ids", "attention_mask", "position_ids", "loss_mask")
 
 
-def token_nll(model: nn.Module, batch: Mapping[str, torch.Tensor], packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token negative log-likelihood (B, T-1) of ``input_ids[:, 1:]`` and its mask ``loss_mask[:, 1:]``."""
+def token_nll(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], packed: bool = False, padding_free: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token negative log-likelihood (B, T-1) of ``input_ids[:, 1:]`` and its mask ``loss_mask[:, 1:]``.
+
+    With ``padding_free`` the rows run packed into one (``workers.packing``), scoring only the masked-in
+    tokens (0 elsewhere).
+    """
+    if padding_free:
+        return packed_token_nll(model, batch)
     attention_mask = None if packed else batch["attention_mask"]
     output = lm_forward(model, batch["input_ids"], attention_mask, batch["position_ids"], use_cache=False)
     logits = output.logits[:, :-1].float()
@@ -72,18 +80,17 @@ class SFTWorker(ActorWorker):
         global_tokens = _global_sum(local_tokens, self.device)
         if global_tokens == 0:
             raise ValueError("train_sft got a batch without response tokens (loss_mask is all zero)")
-        micro = self.config["micro_batch_size"]
-        pieces = math.ceil(rows / max(1, min(int(micro or rows), rows)))
-        # optimize_on_batch divides each micro-batch loss by `pieces` and DDP averages over ranks, so this
-        # weight makes the gradient that of the sum of token losses over the global token count.
-        scale = pieces * self.world_size / global_tokens
+        # optimize_on_batch weighs each micro-batch's token mean by its share of this rank's tokens and DDP
+        # averages over ranks, so this factor makes the gradient that of the token sum over the global count.
+        scale = local_tokens * self.world_size / global_tokens
         packed = bool(batch.meta_info.get("packed", False))
+        padding_free = self.padding_free(self.module)
         lr = float(self.scheduler.get_last_lr()[0])
         self.model.train()
 
         def loss_fn(micro_batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-            nll, weight = token_nll(self.model, micro_batch, packed=packed)
-            loss = (nll * weight).sum() * scale
+            nll, weight = token_nll(self.model, micro_batch, packed=packed, padding_free=padding_free)
+            loss = (nll * weight).sum() / weight.sum().clamp_min(1.0) * scale
             return loss, {"loss": loss.detach()}
 
         metrics = optimize_on_batch(
@@ -94,9 +101,13 @@ class SFTWorker(ActorWorker):
             device=self.device,
             epochs=1,
             mini_batch_rows=rows,
-            micro_batch_rows=micro,
+            micro_batch_rows=self.config["micro_batch_size"],
             grad_clip=self.optim_cfg["grad_clip"],
             generator=make_generator("cpu", self.seed, self.rank, "sft", self.update_calls),
+            micro_batch_tokens=self.micro_batch_tokens(),
+            row_tokens=batch.batch["attention_mask"].sum(-1),
+            loss_tokens=mask.sum(-1),
+            budget_key=f"roles.{self.role}.micro_batch_tokens",
         )
         self.scheduler.step()
         self.update_calls += 1
@@ -109,13 +120,14 @@ class SFTWorker(ActorWorker):
         self._require_model()
         self._require_keys(batch, SFT_KEYS, "eval_sft")
         packed = bool(batch.meta_info.get("packed", False))
+        padding_free = self.padding_free(self.module)
         self.module.eval()
         step = int(self.config["micro_batch_size"] or len(batch))
         sums, counts = [], []
         with serving(self.module, self.engine), torch.no_grad():
             for start in range(0, len(batch), step):
                 micro = {key: batch.batch[key][start : start + step].to(self.device) for key in SFT_KEYS}
-                nll, weight = token_nll(self.module, micro, packed=packed)
+                nll, weight = token_nll(self.module, micro, packed=packed, padding_free=padding_free)
                 sums.append((nll * weight).sum(-1).cpu())
                 counts.append(weight.sum(-1).cpu())
         return DataProto.from_dict({"nll_sum": torch.cat(sums).double(), "tokens": torch.cat(counts).double()})

@@ -2,9 +2,9 @@
 epoch / mini-batch / micro-batch loop with gradient accumulation and clipping.
 
 One optimizer step per mini-batch; gradients of its micro-batches are accumulated (each loss scaled by
-``1 / number_of_micro_batches``) and, under DDP, all-reduced only on the last micro-batch (FSDP2
-reduce-scatters every micro-batch into the float32 gradient shards). Clipping uses the global norm over
-every shard (``workers.engine.clip_grad_norm``). The LR
+its share of the mini-batch's rows or loss tokens, ``workers.micro_batches``) and, under DDP, all-reduced
+only on the last micro-batch (FSDP2 reduce-scatters every micro-batch into the float32 gradient shards).
+Clipping uses the global norm over every shard (``workers.engine.clip_grad_norm``). The LR
 scheduler is stepped by the worker once per update call, so ``trainer.total_steps`` is its horizon.
 """
 
@@ -22,6 +22,7 @@ from torch import nn
 
 from rlhfctl.models.loading import enable_activation_checkpointing  # the workers' checkpointing switch
 from workers.engine import clip_grad_norm
+from workers.micro_batches import micro_batch_shares, split_by_rows, split_by_tokens
 
 __all__ = [
     "LRSchedule",
@@ -159,12 +160,21 @@ def optimize_on_batch(
     micro_batch_rows: int | None,
     grad_clip: float | None,
     generator: torch.Generator,
+    micro_batch_tokens: int | None = None,
+    row_tokens: torch.Tensor | None = None,
+    loss_tokens: torch.Tensor | None = None,
+    budget_key: str = "micro_batch_tokens",
+    after_step: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Run ``epochs`` passes of shuffled mini-batches; returns the loss metrics and ``grad_norm``
-    averaged over mini-batches (each mini-batch's metrics averaged over its micro-batches).
+    averaged over mini-batches (each mini-batch's metrics weighted as its micro-batches' losses).
 
-    ``loss_fn(micro_batch)`` returns ``(loss, metrics)`` for tensors already on ``device``; ``model``
-    is the module the loss runs through (DDP-wrapped, FSDP2-sharded or plain).
+    ``loss_fn(micro_batch)`` returns ``(loss, metrics)`` for tensors already on ``device``, the loss a
+    mean over the micro-batch's rows, or over its loss tokens when ``loss_tokens`` (per row) is given;
+    ``model`` is the module the loss runs through (DDP-wrapped, FSDP2-sharded or plain). With ``micro_batch_tokens``,
+    micro-batches hold at most that many ``row_tokens`` (per row) instead of ``micro_batch_rows`` rows
+    (``budget_key`` names the setting in errors). ``after_step`` runs after each optimizer step, while
+    the gradients still exist.
     """
     rows = next(iter(batch.values())).shape[0]
     mini = max(1, min(int(mini_batch_rows), rows))
@@ -174,19 +184,25 @@ def optimize_on_batch(
     totals: dict[str, float] = defaultdict(float)
     steps = 0
     for indices in _mini_batches(rows, mini, max(1, int(epochs)), generator):
-        pieces = indices.split(micro)
+        if micro_batch_tokens:
+            pieces = split_by_tokens(indices, row_tokens, int(micro_batch_tokens), key=budget_key, device=device)
+        else:
+            pieces = split_by_rows(indices, micro)
+        shares = micro_batch_shares(pieces, loss_tokens)
         optimizer.zero_grad(set_to_none=True)
         step_metrics: dict[str, float] = defaultdict(float)
-        for position, piece in enumerate(pieces):
+        for position, (piece, share) in enumerate(zip(pieces, shares)):
             micro_batch = {key: value[piece].to(device) for key, value in batch.items()}
             with _accumulating(model, sync=position == len(pieces) - 1):
                 loss, metrics = loss_fn(micro_batch)
-                (loss / len(pieces)).backward()
+                (loss * share).backward()
             for key, value in metrics.items():
-                step_metrics[key] += float(value) / len(pieces)
+                step_metrics[key] += float(value) * share
         grad_norm = clip_grad_norm(params, max_norm)
         if math.isfinite(grad_norm):
             optimizer.step()
+        if after_step is not None:
+            after_step()
         optimizer.zero_grad(set_to_none=True)
         step_metrics["grad_norm"] = grad_norm
         for key, value in step_metrics.items():

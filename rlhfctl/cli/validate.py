@@ -20,6 +20,7 @@ from rlhfctl.cli.errors import EXIT_USER, guarded
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
     from rlhfctl.recipe.arithmetic import EpochRow
+    from rlhfctl.recipe.memory_plan import MemoryPlan
     from rlhfctl.recipe.validate import ValidationReport
 
 __all__ = ["render_batch", "render_issues", "render_pools", "render_report", "validate"]
@@ -29,6 +30,7 @@ def validate(
     overrides: Optional[List[str]] = OverridesArg(),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="prompts per step for the table (default trainer.batch_size)"),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table for people, json for tools"),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", help="memory of one device (e.g. 80GiB) to compare the memory plan with (default: CUDA's, when visible)"),
 ) -> None:
     """Check a recipe without starting anything, and show its batch-size table.
 
@@ -37,6 +39,7 @@ def validate(
     shards with padding, mini-batches, micro-batches and gradient accumulation); then, with the run's
     own code, the first records of each data file, the reward function's signature against the data's
     columns, inline model config keys, and that model paths are local, cached or on a reachable hub.
+    Shows the memory plan: each role's parameter, gradient, optimizer-state and KV-cache bytes per rank.
     No weights are loaded.
     A pipeline file (top-level `stages:`) gets every stage's recipe checked the way `rlhfctl pipeline`
     checks them before it runs; overrides are then `output_dir=DIR` or `STAGE.KEY=value`.
@@ -59,7 +62,7 @@ def validate(
             _validate_pipeline(resolve_recipe_path(recipe), overrides, output_format, console, err)
             return
         cfg, path = loaded
-        report = validate_recipe(cfg, batch_size=batch_size)
+        report = validate_recipe(cfg, batch_size=batch_size, device_memory=_device_bytes(device_memory))
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
         else:
@@ -86,6 +89,18 @@ def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: 
             report = ValidationReport(issues=[error(failure.key_path, str(failure))])
             console.file.write(json.dumps({"recipe": recipe, **report.to_dict()}, indent=2) + "\n")
         raise
+
+
+def _device_bytes(text: Optional[str]) -> Optional[int]:
+    """--device-memory as bytes; a bad size is a usage error (exit 2) naming the option."""
+    if text is None:
+        return None
+    from rlhfctl.recipe.memory_plan import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as problem:
+        raise typer.BadParameter(str(problem), param_hint="--device-memory") from None
 
 
 def _validate_pipeline(path: Path, overrides: Optional[List[str]], output_format: OutputFormat, console: Any,
@@ -194,11 +209,63 @@ def _render_epoch(console: Console, epoch: EpochRow | None, batch_size: int) -> 
     ), "yellow")
 
 
+def format_bytes(count: int | None) -> str:
+    """``1.50 GiB``, ``12.0 MiB``, ``512 B``: the largest binary unit that keeps the number >= 1."""
+    if count is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} B"
+
+
+def _count(number: int) -> str:
+    for suffix, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if number >= size:
+            return f"{number / size:.1f}{suffix}"
+    return str(number)
+
+
+def _ranks_cell(world: int, ranks: list[int]) -> str:
+    return "all" if len(ranks) == world and world > 1 else ", ".join(str(rank) for rank in ranks)
+
+
+def render_memory(console: Console, plan: MemoryPlan | None) -> None:
+    """The plan's tables; ranks holding the same bytes share a row."""
+    if plan is None or (not plan.roles and not plan.skipped):
+        return
+    table = Table(title="Memory plan per rank (from the model configs, no weights loaded)", title_justify="left")
+    for column in ("role", "ranks", "strategy", "params", "precision", "parameters", "gradients",
+                   "optimizer", "KV cache", "offload"):
+        table.add_column(column, justify="left" if column in ("role", "ranks", "strategy", "precision") else "right")
+    for role in plan.roles:
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for rank in role.ranks:
+            groups.setdefault((rank.param_bytes, rank.grad_bytes, rank.optimizer_bytes, rank.kv_cache_bytes), []).append(rank.rank)
+        for (params, grads, optimizer, kv), ranks in groups.items():
+            count = _count(role.parameters)
+            trained = (count if role.trainable_parameters == role.parameters else
+                       f"{_count(role.trainable_parameters)}/{count}") if role.trainable else count
+            precision = "fp32 master" if role.trainable else f"{role.param_dtype} frozen"
+            table.add_row(role.role, _ranks_cell(role.world_size, ranks), role.strategy, trained, precision,
+                          format_bytes(params), format_bytes(grads), format_bytes(optimizer), format_bytes(kv),
+                          "cpu" if role.ranks[0].offloaded else "-")
+    console.print(table)
+    device = plan.device_memory
+    for pool, total in plan.process_bytes().items():
+        share = f" of {format_bytes(device)} ({100 * total / device:.1f}%, from {plan.device_source})" if device else ""
+        style = "bold red" if device and total > device else ""
+        print_line(console, f"pool {pool}: {format_bytes(total)} per process (roles colocated there, largest rank){share}", style)
+    for role, reason in plan.skipped.items():
+        print_line(console, Text(f"memory plan: roles.{role} skipped ({reason})").plain, "yellow")
+
+
 def render_report(console: Console, report: ValidationReport, errors_console: Console | None = None) -> None:
     """The whole report: pools, batch table, issues, and a closing verdict line."""
     if report.pools:
         render_pools(console, report)
     render_batch(console, report)
+    render_memory(console, report.memory)
     render_issues(console, report, errors_console)
     warnings = len(report.warnings)
     if report.ok:

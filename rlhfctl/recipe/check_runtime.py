@@ -14,7 +14,7 @@ from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
 from rlhfctl.recipe.roles import present_roles, required_methods
 
-__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_strategies", "check_workers",
+__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_strategies", "check_token_budgets", "check_workers", "longest_row",
            "worker_classes"]
 
 def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
@@ -252,4 +252,37 @@ def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
             key = f"roles.{role}.fsdp.cpu_offload"
             why = f"roles.{role}.strategy is {strategy}" if strategy else f"the role has {world} rank, so its strategy is ddp"
             issues.append(error(key, f"{key}: CPU offload needs strategy fsdp2, but {why}; set roles.{role}.strategy: fsdp2"))
+    return issues
+
+
+# ---------------------------------------------------------------------------------- token budgets
+# A PPO row is a prompt plus a response, at most data.max_prompt_length + rollout.max_new_tokens tokens;
+# an sft row at most data.max_length; a reward_model or dpo row is a pair (chosen and rejected), at most
+# 2 x data.max_length. A roles.<role>.micro_batch_tokens budget smaller than that could never fit the row.
+_BUDGETED_ROLES = ("actor", "critic", "reward")
+
+
+def longest_row(cfg: Any) -> tuple[int, str]:
+    """The most tokens one training row can hold, and how that follows from the recipe."""
+    data, name = cfg.data, str(cfg.algorithm.get("name") or "ppo")
+    if name == "sft":
+        return int(data.max_length), f"data.max_length {int(data.max_length)}"
+    if name in ("reward_model", "dpo"):
+        return 2 * int(data.max_length), f"a pair, 2 x data.max_length {int(data.max_length)}"
+    prompt, response = int(data.max_prompt_length), int(cfg.rollout.max_new_tokens)
+    return prompt + response, f"data.max_prompt_length {prompt} + rollout.max_new_tokens {response}"
+
+
+def check_token_budgets(cfg: Any) -> list[Issue]:
+    """An error per role whose micro_batch_tokens is smaller than the longest row."""
+    longest, why = longest_row(cfg)
+    issues = []
+    for role in present_roles(cfg):
+        budget = cfg.roles[role].get("micro_batch_tokens") if role in _BUDGETED_ROLES else None
+        if budget is not None and int(budget) < longest:
+            key = f"roles.{role}.micro_batch_tokens"
+            issues.append(error(key, (
+                f"{key}: {int(budget)} is smaller than one sequence ({longest} tokens = {why}); "
+                f"set it to at least {longest}, or null to form micro-batches by micro_batch_size rows"
+            )))
     return issues

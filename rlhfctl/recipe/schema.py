@@ -107,6 +107,8 @@ class ActorRole:
     clip_ratio_c: Optional[float] = _field(3.0, "dual-clip bound for negative advantages, > 1 (null disables)", min_exclusive=1)
     entropy_coeff: float = _field(0.0, "weight of the entropy bonus")
     loss_agg_mode: str = _field("token-mean", "how token losses are reduced", choices="loss_agg_modes")
+    padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
+    micro_batch_tokens: Optional[int] = _field(None, "form training micro-batches by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
 
 @dataclass
@@ -118,6 +120,7 @@ class ReferenceRole:
     strategy: Optional[str] = _field(None, _STRATEGY_DOC, choices=("fsdp2", "ddp"))
     fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
     model: Optional[ModelConfig] = _field(None, "reference model (null: the actor's initial model)")
+    padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
 
 
 @dataclass
@@ -136,6 +139,8 @@ class CriticRole:
     cliprange_value: Optional[float] = _field(0.5, "value clip range around the old values (null: unclipped)", min_exclusive=0)
     loss_agg_mode: str = _field("token-mean", "how token losses are reduced", choices="loss_agg_modes")
     warmup_steps: int = _field(0, "learning-rate warmup of the critic in optimizer steps; when > 0 it replaces optim.warmup_steps", min=0)
+    padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
+    micro_batch_tokens: Optional[int] = _field(None, "form training micro-batches by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
 
 @dataclass
@@ -151,6 +156,8 @@ class RewardRole:
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
     on_error: str = _field("raise", "when the reward function raises: stop the run, or score the failed samples 0", choices=("raise", "zero"))
     optim: OptimConfig = _field(doc="optimizer of the reward model when algorithm.name is reward_model", factory=OptimConfig)
+    padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
+    micro_batch_tokens: Optional[int] = _field(None, "form reward-model training micro-batches (pairs: chosen + rejected) by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
 
 @dataclass

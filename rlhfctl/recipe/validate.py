@@ -9,9 +9,10 @@ from omegaconf import OmegaConf
 
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
-from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_strategies, check_workers
+from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_strategies, check_token_budgets, check_workers
 from rlhfctl.recipe.errors import Issue, RecipeError, error
 from rlhfctl.recipe.field_checks import check_fields
+from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.preflight import preflight
 from rlhfctl.recipe.roles import present_roles
@@ -22,11 +23,12 @@ __all__ = ["ValidationReport", "validate_recipe"]
 
 @dataclass
 class ValidationReport:
-    """Everything ``validate_recipe`` found, and what it derived (batch arithmetic, pools)."""
+    """Everything ``validate_recipe`` found, and what it derived (batch arithmetic, pools, memory plan)."""
 
     issues: list[Issue] = field(default_factory=list)
     batch: BatchTable | None = None
     pools: dict[str, PoolInfo] = field(default_factory=dict)
+    memory: MemoryPlan | None = None
 
     @property
     def errors(self) -> list[Issue]:
@@ -52,18 +54,20 @@ class ValidationReport:
             raise RecipeError(first.message + suffix, key_path=first.key_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view: ok, errors, warnings, batch, pools."""
+        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory."""
         return {
             "ok": self.ok,
             "errors": [asdict(issue) for issue in self.errors],
             "warnings": [asdict(issue) for issue in self.warnings],
             "batch": None if self.batch is None else self.batch.to_dict(),
             "pools": {name: pool.to_dict() for name, pool in self.pools.items()},
+            "memory": None if self.memory is None else self.memory.to_dict(),
         }
 
 
-def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport:
-    """Check a loaded recipe (imports, files, pools, algorithm, batch arithmetic) and derive its batch table."""
+def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int | None = None) -> ValidationReport:
+    """Check a loaded recipe (imports, files, pools, algorithm, batch arithmetic) and derive its batch table
+    and memory plan (compared with ``device_memory`` bytes when given)."""
     container = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     field_problems = check_fields(container)  # type: ignore[arg-type]
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
@@ -71,7 +75,8 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
         return report  # later checks assume well-formed fields
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
-        report.issues += stage_issues
+        report.issues += stage_issues + check_token_budgets(cfg)
+        report.memory = plan_memory(container, report.pools, device_memory)
         if report.ok:
             report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))
         return report
@@ -85,6 +90,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
-    report.issues += batch_issues
+    report.issues += batch_issues + check_token_budgets(cfg)
+    report.memory = plan_memory(container, pools, device_memory)
     report.issues += preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, this machine
     return report

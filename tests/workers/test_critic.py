@@ -11,7 +11,7 @@ from tests.workers.conftest import local_group
 from tests.workers.recipes import TINY_MODEL, digits_prompts, tiny_recipe, tokenizer
 from workers import CriticWorker
 
-CRITIC_METRICS = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr"}
+CRITIC_METRICS = {"critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr", "memory/critic/state_gib"}
 
 
 @pytest.fixture(scope="module")
