@@ -88,6 +88,7 @@ ROLLOUT_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,
     "top_k": 0,
     "do_sample": True,
+    "engine": "hf",
 }
 KL_DEFAULTS: dict[str, Any] = {"use_kl_loss": False, "loss_coef": 0.001, "loss_kind": "k3"}
 TRAINER_DEFAULTS: dict[str, Any] = {

@@ -55,6 +55,7 @@ class BatchTable:
     samples_per_step: int
     shards: tuple[ShardRow, ...]
     updates: tuple[UpdateRow, ...]
+    engine: str = "hf"  # rollout.engine: who samples the responses
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view."""
@@ -64,6 +65,7 @@ class BatchTable:
             "samples_per_step": self.samples_per_step,
             "shards": [asdict(row) for row in self.shards],
             "updates": [asdict(row) for row in self.updates],
+            "engine": self.engine,
         }
 
 
@@ -88,7 +90,7 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
             row, found = _update_row(cfg, role, pool, prompts, samples)
             updates.append(row)
             issues.extend(found)
-    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates)), issues
+    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates), str(cfg.rollout.get("engine", "hf"))), issues
 
 
 def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:

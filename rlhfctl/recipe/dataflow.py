@@ -104,8 +104,13 @@ def training_step(cfg: Any) -> list[StepCall]:
     generated = (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK,
                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),
                  _t("position_ids", "rows seq_len", "int64"))
+    vllm = cfg.rollout.get("engine", "hf") == "vllm"
+    if vllm:  # the engine's own log-probs come back too, for rollout/logprob_diff and rollout.importance_cap
+        generated += (_f("rollout_log_probs"),)
+    engine_note = ("engine: vllm, one colocated vLLM engine per actor rank (weights synced in memory after each update)"
+                   if vllm else "engine: hf, the actor's own decoding loop")
     steps = [StepCall("actor", "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
-                      generated, fan_out=n)]
+                      generated, fan_out=n, note=engine_note)]
     steps += _scoring(cfg)
     if needs_old_log_probs(cfg):
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
@@ -125,7 +130,11 @@ def training_step(cfg: Any) -> list[StepCall]:
         actor_inputs.append(_f("old_log_probs"))
     if kl.use_kl_loss and reference_source(cfg) is not None:
         actor_inputs.append(_f("ref_log_prob"))
+    if vllm:
+        actor_inputs.append(_f("rollout_log_probs"))
     note = "" if needs_old_log_probs(cfg) else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
+    if vllm:
+        note = "; ".join(filter(None, [note, "then the new weights go into this rank's vLLM engine (time/rollout_sync)"]))
     if warmup:
         note = "; ".join(filter(None, [note, f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)"]))
     steps.append(StepCall("actor", "update_actor", "PPO policy update", "samples", tuple(actor_inputs), updates=True, note=note))

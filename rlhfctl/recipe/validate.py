@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from rlhfctl.recipe.arithmetic import derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm
 from rlhfctl.recipe.check_data import check_data
+from rlhfctl.recipe.check_rollout import check_rollout_engine
 from rlhfctl.recipe.check_runtime import check_models, check_pools, check_resume
 from rlhfctl.recipe.check_stage import check_stage
 from rlhfctl.recipe.check_workers import check_reward_function, check_workers
@@ -38,6 +39,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
     report.issues += check_algorithm(cfg)
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
+    report.issues += check_rollout_engine(cfg)
     report.issues += check_resume(cfg)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
     report.issues += batch_issues
