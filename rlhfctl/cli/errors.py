@@ -45,6 +45,8 @@ USER_ERRORS = frozenset({
     "rlhfctl.single_controller.errors.ResourcePoolError",
     "workers.reward_functions.RewardFunctionError",
     "workers.reward_functions.RewardOutputError",
+    "workers.sampling.vllm_engine.VllmNotInstalled",
+    "workers.sampling.vllm_engine.VllmEngineError",
 })
 _USER_ERROR_NAMES = frozenset(name.rpartition(".")[2] for name in USER_ERRORS)
 _WORKER_METHOD_ERROR = "rlhfctl.single_controller.errors.WorkerMethodError"

@@ -35,7 +35,7 @@ def check_rollout_engine(cfg: Any) -> list[Issue]:
     issues = []
     actor = cfg.roles.get("actor")
     if actor is not None:
-        issues += _check_architecture(actor, _uses_gpu(cfg, actor))
+        issues += _check_architecture(actor, _uses_gpu(cfg, actor), str(rollout.vllm.log_level))
     if cfg.ray.backend == "local":
         issues.append(error("ray.backend", "ray.backend: local runs every rank in the driver process, but rollout.engine: "
                             "vllm runs one engine in each actor rank's own process; use ray.backend: ray"))
@@ -70,7 +70,8 @@ def _architecture(fields: dict[str, Any]) -> str | None:
     return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(fields.get("model_type") or "qwen2"))
 
 
-def _supported_architectures() -> frozenset[str]:
+def _supported_architectures(log_level: str) -> frozenset[str]:
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", log_level)  # vLLM logs on import; keep it out of the display
     try:
         from vllm.model_executor.models import ModelRegistry
 
@@ -79,13 +80,13 @@ def _supported_architectures() -> frozenset[str]:
         return _KNOWN_ARCHITECTURES
 
 
-def _check_architecture(actor: Any, gpu: bool) -> list[Issue]:
+def _check_architecture(actor: Any, gpu: bool, log_level: str) -> list[Issue]:
     found = _model_fields(actor.get("model") or {})
     if found is None:
         return []
     key, fields = found
     architecture = _architecture(fields)
-    if architecture is None or architecture not in _supported_architectures():
+    if architecture is None or architecture not in _supported_architectures(log_level):
         return [error(key, f"{key}: rollout.engine: vllm cannot run the model family {architecture or fields.get('model_type')!r}: "
                       "vLLM's model registry does not list it; use rollout.engine: hf or a supported family such as qwen2 or llama")]
     heads = fields.get("num_attention_heads")

@@ -20,6 +20,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -180,6 +181,8 @@ class VllmRolloutEngine:
 
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
         os.environ.setdefault("VLLM_LOGGING_LEVEL", str(self.settings["log_level"]).upper())
+        if str(self.settings["log_level"]).upper() != "DEBUG":
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
         from vllm import LLM
 
         options: dict[str, Any] = {
