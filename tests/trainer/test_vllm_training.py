@@ -39,3 +39,12 @@ def test_quickstart_on_the_vllm_engine_learns_at_world_1(tmp_path):
         assert record["rollout/logprob_diff"] <= 1e-3 and record["time/rollout_sync"] > 0
     spans = {event["name"] for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
     assert {"actor.vllm.sync", "actor.vllm.generate", "actor.generate_sequences"} <= spans
+
+
+def test_quickstart_on_the_vllm_engine_learns_at_world_2(tmp_path):
+    """Two actor ranks, each with its own engine in the actor's torch.distributed group (vLLM's external DP)."""
+    records = train(tmp_path, "trainer.total_steps=12", "resource_pools.main.process_on_nodes=[2]")
+    first = sum(r["reward/mean"] for r in records[:4]) / 4
+    last = sum(r["reward/mean"] for r in records[-4:]) / 4
+    assert last >= 1.25 * first, [r["reward/mean"] for r in records]
+    assert all(record["rollout/logprob_diff"] <= 1e-3 for record in records)
