@@ -102,3 +102,19 @@ def test_the_same_seed_gives_the_same_rollout():
     with local_group(ActorWorker, recipe("vllm", do_sample=True, n=2), "actor") as second:
         two = second.generate_sequences(digits_prompts(4)).batch["responses"]
     assert torch.equal(one, two)
+
+
+def test_an_engine_that_cannot_start_names_role_rank_and_reason_and_leaves_no_process():
+    import psutil
+
+    from rlhfctl.cli.errors import EXIT_USER, exit_code_for
+    from rlhfctl.single_controller import WorkerMethodError
+
+    children = {child.pid for child in psutil.Process().children(recursive=True)}
+    too_big = recipe("vllm", vllm={"cpu_kv_cache_gib": 100_000})  # more KV cache than the machine has
+    with pytest.raises(WorkerMethodError) as failure:
+        with local_group(ActorWorker, too_big, "actor"):
+            pass
+    assert failure.value.detail.startswith("VllmEngineError: actor rank 0: the vLLM engine failed to start: ValueError: ")
+    assert "memory" in failure.value.detail and exit_code_for(failure.value) == EXIT_USER
+    assert {child.pid for child in psutil.Process().children(recursive=True)} <= children

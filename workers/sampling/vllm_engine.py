@@ -18,6 +18,7 @@ import gc
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
 import time
 import warnings
@@ -173,6 +174,7 @@ class VllmRolloutEngine:
             ) from failure
         finally:
             restore_rng_state(rng)
+            shutil.rmtree(self._config_dir, ignore_errors=True)  # read at start only: weights come in memory
         self.sync(module)
 
     # ------------------------------------------------------------------ start and stop
@@ -211,16 +213,13 @@ class VllmRolloutEngine:
         return LLM(**options)
 
     def close(self) -> None:
-        """Free the engine (its memory and the temporary config directory)."""
+        """Free the engine and its memory."""
         llm = getattr(self, "llm", None)
         self.llm = None
         del llm
         gc.collect()
         if self.device.type == "cuda" and torch.cuda.is_available():
             torch.cuda.empty_cache()
-        import shutil
-
-        shutil.rmtree(self._config_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ phases
     @contextmanager
