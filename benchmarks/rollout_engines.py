@@ -83,6 +83,8 @@ def measure(size: str, lengths: list[int], rounds: int) -> list[dict]:
                          "vllm_tok_s": statistics.median(speed["vllm"]),
                          "ratio": statistics.median(v / h for v, h in zip(speed["vllm"], speed["hf"])),
                          "samples": speed})
+            print(f"{size} {length} tokens: hf {rows[-1]['hf_tok_s']:.0f} tok/s, vllm {rows[-1]['vllm_tok_s']:.0f} tok/s",
+                  flush=True)
         syncs = sync_seconds(groups["vllm"], max(2, rounds))
     finally:
         for group in groups.values():

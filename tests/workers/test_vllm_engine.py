@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from rlhfctl.protocol import DataProto
 from tests.workers.conftest import local_group
 from tests.workers.recipes import digits_prompts, tiny_recipe, tokenizer
 from workers import ActorWorker
@@ -33,8 +34,6 @@ def with_advantages(rollout, seed: int):
     generator = torch.Generator().manual_seed(seed)
     per_sample = torch.randn(len(rollout), 1, generator=generator)
     advantages = per_sample.expand_as(rollout.batch["response_mask"]).float() * rollout.batch["response_mask"]
-    from rlhfctl.protocol import DataProto
-
     return rollout.union(DataProto.from_dict({"advantages": advantages}))
 
 
@@ -65,13 +64,21 @@ def test_greedy_vllm_equals_hf_token_for_token_before_and_after_two_updates():
 
 
 def test_engine_log_probs_match_the_actors_within_1e_3_when_sampling():
-    with local_group(ActorWorker, recipe("vllm", do_sample=True, n=2, temperature=0.8), "actor") as vl:
+    sampled = recipe("vllm", do_sample=True, n=2, temperature=0.8, importance_cap=2.0)
+    with local_group(ActorWorker, sampled, "actor") as vl:
         rollout = vl.generate_sequences(digits_prompts(6))
-        actor = vl.compute_log_prob(rollout).batch["old_log_probs"]
+        old = vl.compute_log_prob(rollout).batch["old_log_probs"]
         mask = rollout.batch["response_mask"].bool()
-        diff = (actor - rollout.batch["rollout_log_probs"]).abs()[mask]
+        diff = (old - rollout.batch["rollout_log_probs"]).abs()[mask]
         assert diff.max().item() <= 1e-3, diff.max()
         assert (rollout.batch["rollout_log_probs"][~mask] == 0).all()
+        # With the importance cap on, weights of ~1 leave the loss as it is without the engine's log-probs.
+        batch = with_advantages(rollout, 0).union(DataProto.from_dict({"old_log_probs": old}))
+        capped = vl.update_actor(batch)[0]
+    with local_group(ActorWorker, recipe("hf", do_sample=True, n=2, temperature=0.8), "actor") as hf:
+        plain = hf.update_actor(batch.select([key for key in batch.batch if key != "rollout_log_probs"]))[0]
+    assert capped["actor/pg_loss"] == pytest.approx(plain["actor/pg_loss"], abs=1e-5)
+    assert capped["rollout/logprob_diff"] == pytest.approx(diff.mean().item(), abs=1e-6)
 
 
 def test_samples_are_consecutive_eos_stops_and_padding_is_right():
