@@ -105,7 +105,6 @@ class ActorWorker(TrainableRoleWorker):
         prompt_length = int((self.recipe.get("data") or {}).get("max_prompt_length") or 32)
         return VllmRolloutEngine(
             self.module,
-            self.tokenizer,
             role=self.role,
             rank=self.rank,
             device=self.device,

@@ -126,7 +126,7 @@ def _gather_bucket(bucket: list[tuple[str, Any]]) -> Iterator[tuple[str, torch.T
     yield from tensors
 
 
-def _engine_config_dir(module: nn.Module, tokenizer: Any) -> str:
+def _engine_config_dir(module: nn.Module) -> str:
     """A directory with the model's config only: vLLM builds the layers from it; the weights come in memory."""
     model = _unwrapped(module)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -144,7 +144,6 @@ class VllmRolloutEngine:
     def __init__(
         self,
         module: nn.Module,
-        tokenizer: Any,
         *,
         role: str,
         rank: int,
@@ -161,7 +160,7 @@ class VllmRolloutEngine:
         self.metrics: dict[str, float] = {}
         self.asleep = False
         self.weights_current = False
-        self._config_dir = _engine_config_dir(module, tokenizer)
+        self._config_dir = _engine_config_dir(module)
         from workers.seeding import capture_rng_state, restore_rng_state
 
         rng = capture_rng_state()  # vLLM seeds the global generators; the actor's streams stay its own
@@ -187,11 +186,13 @@ class VllmRolloutEngine:
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
         from vllm import LLM
 
+        from rlhfctl.models.loading import resolve_dtype
+
         options: dict[str, Any] = {
             "model": self._config_dir,
             "skip_tokenizer_init": True,  # token ids in and out: the layout needs no tokenizer
             "load_format": "dummy",  # weights arrive from the actor in memory right after start
-            "dtype": dtype,
+            "dtype": resolve_dtype(dtype),  # recipes may say bf16 / fp32, which vLLM does not parse
             "seed": seed,
             "max_model_len": max_model_len,
             "enforce_eager": bool(self.settings["enforce_eager"]),
