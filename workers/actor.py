@@ -8,12 +8,12 @@ from typing import Any
 
 import torch
 
-from rlhfctl.algorithms import agg_loss, kl_penalty, ppo_policy_loss
+from rlhfctl.algorithms import agg_loss, kl_penalty, ppo_policy_loss, truncated_importance_weights
+from rlhfctl.algorithms.masked import masked_mean
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
-from workers.sampling.generation import SamplingParams, generate_batch
 from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
 from workers.lora import adapter_disabled, apply_lora, is_lora
 from workers.memory import StateObserver
@@ -27,7 +27,8 @@ from workers.recipe import (
     rollout_config,
     trainer_config,
 )
-from workers.seeding import make_generator
+from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
+from workers.seeding import derive_seed, make_generator
 from workers.trainable import TrainableRoleWorker
 from workers.training import (
     allreduce_mean,
@@ -41,7 +42,7 @@ from workers.training import (
 __all__ = ["ActorWorker"]
 
 _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
-_OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob")
+_OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob", "rollout_log_probs")
 
 
 class ActorWorker(TrainableRoleWorker):
@@ -64,6 +65,7 @@ class ActorWorker(TrainableRoleWorker):
         self.generate_calls = 0
         self.update_calls = 0
         self.validate_calls = 0
+        self.rollout_engine: Any = None  # the vLLM engine with rollout.engine: vllm (workers/sampling/vllm_engine.py)
 
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -77,6 +79,8 @@ class ActorWorker(TrainableRoleWorker):
         self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+        if self.rollout["engine"] == "vllm":
+            self.rollout_engine = self._start_vllm_engine()
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
         from rlhfctl.models.loading import load_causal_lm
@@ -90,6 +94,35 @@ class ActorWorker(TrainableRoleWorker):
             model = apply_lora(model, {} if lora is True else lora, seed=self.seed)
         return model
 
+    def _start_vllm_engine(self) -> Any:
+        """This rank's vLLM engine, built from the actor's initial weights (LoRA merged)."""
+        from workers.sampling.vllm_engine import (
+            VLLM_INSTALL_HINT,
+            VllmNotInstalled,
+            VllmRolloutEngine,
+            context_length,
+            engine_settings,
+            vllm_installed,
+        )
+
+        if not vllm_installed():
+            raise VllmNotInstalled(f"rollout.engine: vllm needs vllm in the {self.role} workers: {VLLM_INSTALL_HINT}")
+        prompt_length = int((self.recipe.get("data") or {}).get("max_prompt_length") or 32)
+        return VllmRolloutEngine(
+            self.module,
+            role=self.role,
+            rank=self.rank,
+            device=self.device,
+            seed=derive_seed(self.seed, self.rank, "vllm"),
+            settings=engine_settings(self.rollout),
+            max_model_len=context_length(self.module, prompt_length, int(self.rollout["max_new_tokens"])),
+            dtype=str(self.model_cfg["dtype"]),
+        )
+
+    def take_inner_spans(self) -> list[tuple[str, float, float]]:
+        """Engine phases (wake, sync, generate, sleep) run inside the last call, for the dispatch trace."""
+        return self.rollout_engine.take_spans() if self.rollout_engine is not None else []
+
     # ------------------------------------------------------------------ rollout and scoring
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -102,11 +135,30 @@ class ActorWorker(TrainableRoleWorker):
         params = SamplingParams.from_config(self.rollout, prompts.meta_info)
         stream = "validate" if prompts.meta_info.get("validate") else "generate"
         counter = f"{stream}_calls"
-        generator = make_generator(self.device, self.seed, self.rank, stream, getattr(self, counter))
-        setattr(self, counter, getattr(self, counter) + 1)
+        calls = getattr(self, counter)
+        setattr(self, counter, calls + 1)
         self.module.eval()
+        if self.rollout_engine is not None:
+            return self._generate_with_vllm(prompts, params, derive_seed(self.seed, self.rank, stream, calls))
+        generator = make_generator(self.device, self.seed, self.rank, stream, calls)
         with serving(self.module, self.engine):
             return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+
+    def _generate_with_vllm(self, prompts: DataProto, params: SamplingParams, seed: int) -> DataProto:
+        """The vllm engine's rollout, in the hf engine's layout plus ``rollout_log_probs``."""
+        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
+        eos_ids = eos_token_ids(self.tokenizer, self.module)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
+        responses, response_mask, log_probs = self.rollout_engine.generate(
+            self.module,
+            prompts.batch["input_ids"],
+            prompts.batch["attention_mask"],
+            params,
+            eos_ids=eos_ids,
+            pad_id=int(pad_id),
+            seed=seed,
+        )
+        return rollout_batch(prompts, responses, response_mask, self.tokenizer, params, {"rollout_log_probs": log_probs})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -214,8 +266,22 @@ class ActorWorker(TrainableRoleWorker):
         self.scheduler.step()
         self.update_calls += 1
         named = {f"actor/{key}": value for key, value in metrics.items()}
+        if "actor/logprob_diff" in named:
+            named["rollout/logprob_diff"] = named.pop("actor/logprob_diff")
         named["actor/lr"] = lr
+        if self.rollout_engine is not None:
+            if self.device.type == "cuda":
+                self.optimizer.zero_grad(set_to_none=True)  # gradients are not needed until the next update
+            self.rollout_engine.sync(self.model)
+            named.update(self.rollout_engine.take_metrics())
         return {**allreduce_mean(named, self.device), **observer.metrics(self.role, self.device)}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore ``<directory>/<role>/``; the engine takes the restored weights before its next rollout."""
+        super().load_checkpoint(directory)
+        if self.rollout_engine is not None:
+            self.rollout_engine.weights_current = False
 
     def _policy_loss(
         self, micro: dict[str, torch.Tensor], *, on_policy: bool, use_kl: bool, temperature: float, padding_free: bool
@@ -234,6 +300,11 @@ class ActorWorker(TrainableRoleWorker):
         mask = micro["response_mask"]
         old = log_probs.detach() if on_policy else micro["old_log_probs"].to(log_probs.dtype)
         clip_c = config.get("clip_ratio_c")
+        engine_log_probs = micro.get("rollout_log_probs")
+        cap = self.rollout.get("importance_cap")
+        weights = None
+        if engine_log_probs is not None and cap is not None:
+            weights = truncated_importance_weights(old, engine_log_probs.to(old.dtype), float(cap))
         pg_loss, pg_metrics = ppo_policy_loss(
             old,
             log_probs,
@@ -243,6 +314,7 @@ class ActorWorker(TrainableRoleWorker):
             float(config["clip_ratio_high"]),
             float(clip_c) if clip_c is not None else None,
             agg,
+            token_weights=weights,
         )
         entropy_loss = agg_loss(entropy, mask, agg)
         loss = pg_loss - coeff * entropy_loss
@@ -253,6 +325,8 @@ class ActorWorker(TrainableRoleWorker):
             "ppo_kl": pg_metrics["ppo_kl"],
             "entropy": entropy_loss.detach(),
         }
+        if engine_log_probs is not None:  # the sync's health: the engine and the actor score the same weights
+            metrics["logprob_diff"] = masked_mean((old - engine_log_probs.to(old.dtype)).abs(), mask)
         if use_kl:
             kl = kl_penalty(log_probs, micro["ref_log_prob"].to(log_probs.dtype), str(self.kl["loss_kind"]))
             kl_loss = agg_loss(kl, mask, agg)

@@ -44,7 +44,6 @@ __all__ = [
     "EngineSettings",
     "clip_grad_norm",
     "engine_settings",
-    "full_state_buckets",
     "full_state_dict",
     "full_state_items",
     "is_sharded",
@@ -320,22 +319,6 @@ def full_state_items(module: nn.Module, dtype: torch.dtype | None = None) -> Ite
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
         yield name, value.detach()
-
-
-def full_state_buckets(
-    module: nn.Module, bucket_bytes: int = 512 << 20, dtype: torch.dtype | None = None
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """:func:`full_state_items` grouped into lists of about ``bucket_bytes`` (for weight sync to a rollout engine)."""
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in full_state_items(module, dtype):
-        bucket.append((name, tensor))
-        size += tensor.numel() * tensor.element_size()
-        if size >= bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-    if bucket:
-        yield bucket
 
 
 def full_state_dict(module: nn.Module, dtype: torch.dtype | None = None, rank0_only: bool = True) -> dict[str, torch.Tensor]:

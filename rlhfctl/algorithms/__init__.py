@@ -22,7 +22,14 @@ from .kl import (
     build_kl_controller,
     kl_penalty,
 )
-from .losses import LOSS_AGG_MODES, agg_loss, entropy_from_logits, ppo_policy_loss, value_loss
+from .losses import (
+    LOSS_AGG_MODES,
+    agg_loss,
+    entropy_from_logits,
+    ppo_policy_loss,
+    truncated_importance_weights,
+    value_loss,
+)
 from .masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
 from .registry import (
     ADVANTAGE_ESTIMATORS,
@@ -53,6 +60,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "ppo_policy_loss",
+    "truncated_importance_weights",
     "register_advantage_estimator",
     "reinforce_pp_advantages",
     "remax_advantages",

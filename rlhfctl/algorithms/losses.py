@@ -53,6 +53,7 @@ def ppo_policy_loss(
     clip_high: float,
     clip_ratio_c: float | None,
     agg: str,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate PPO loss (Schulman et al. 2017, arXiv:1707.06347) with asymmetric
     clipping (DAPO "clip-higher", arXiv:2503.14476) and dual clip (Ye et al. 2020,
@@ -66,8 +67,8 @@ def ppo_policy_loss(
         L = \\begin{cases} \\min(L^{clip}, -A\\,c) & A < 0 \\\\ L^{clip} & A \\ge 0 \\end{cases}
 
     The dual clip bounds the loss of a negative-advantage token whose ratio has exploded;
-    ``clip_ratio_c`` (c) must be > 1, or None to disable it. ``L`` is reduced with
-    :func:`agg_loss`.
+    ``clip_ratio_c`` (c) must be > 1, or None to disable it. ``L`` (times ``token_weights`` when
+    given, e.g. :func:`truncated_importance_weights`) is reduced with :func:`agg_loss`.
 
     Metrics (0-dim detached tensors, masked means over valid tokens):
 
@@ -98,6 +99,8 @@ def ppo_policy_loss(
     else:
         pg_losses = clip_loss
         dual_active = torch.zeros_like(negative)
+    if token_weights is not None:
+        pg_losses = pg_losses * token_weights.detach()
     loss = agg_loss(pg_losses, response_mask, agg)
 
     with torch.no_grad():
@@ -109,6 +112,21 @@ def ppo_policy_loss(
             "ppo_kl": masked_mean(-lr, response_mask),
         }
     return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def truncated_importance_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance sampling for a rollout engine whose log-probs differ from the trainer's
+    (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training"):
+
+    .. math::
+        w = \\min\\big(\\exp(\\log\\pi_{old} - \\log\\pi_{engine}),\\; C\\big)
+
+    detached, multiplied into each token's policy loss. Source: verl ``tis_imp_ratio_cap``.
+    """
+    if not cap > 0:
+        raise ValueError(f"the importance cap must be > 0, got {cap}")
+    log_ratio = torch.clamp(old_log_prob - rollout_log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    return torch.exp(log_ratio).clamp(max=cap).detach()
 
 
 def value_loss(

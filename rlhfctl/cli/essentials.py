@@ -42,6 +42,7 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
         ("pools", pools),
         ("data", data),
         ("batch", f"{cfg.trainer.batch_size} prompts x n={cfg.rollout.n} = {cfg.trainer.batch_size * cfg.rollout.n} samples/step"),
+        ("rollout", f"engine {cfg.rollout.get('engine', 'hf')} (rollout.engine)"),
         ("steps", str(cfg.trainer.total_steps)),
         ("backend", cfg.ray.backend + (f" @ {cfg.ray.address}" if cfg.ray.address else "")),
         ("output", str(cfg.trainer.output_dir)),

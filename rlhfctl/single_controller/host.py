@@ -89,10 +89,15 @@ class WorkerHost:
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``role``'s registered ``method`` on this rank, recording its wall-clock span."""
         start = time.time()
+        worker = self.workers[role]
         try:
-            return getattr(self.workers[role], method)(*args, **kwargs)
+            return getattr(worker, method)(*args, **kwargs)
         finally:
             self.spans.append((role, method, start, time.time()))
+            # Phases a worker times inside a call (the vllm engine's wake / sync / generate / sleep).
+            inner = getattr(worker, "take_inner_spans", None)
+            if callable(inner):
+                self.spans.extend((role, name, begin, end) for name, begin, end in inner())
 
     def drain_spans(self) -> list[tuple[str, str, float, float]]:
         """Return and forget the spans recorded since the last drain."""

@@ -186,3 +186,20 @@ def test_explained_variance():
     values = T([[1.0, 2.0, 3.0, 5.0, -7.0]])
     assert explained_variance(values, returns, mask).item() == pytest.approx(0.85, abs=1e-6)
     assert math.isnan(explained_variance(values, torch.ones_like(returns), mask).item())
+
+
+def test_truncated_importance_weights_cap_the_ratio_and_scale_each_token_loss():
+    from rlhfctl.algorithms import truncated_importance_weights
+
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    engine = torch.tensor([[-1.0, -1.0, -2.5]])  # ratios exp(0), exp(-1), exp(2)
+    weights = truncated_importance_weights(old, engine, cap=2.0)
+    torch.testing.assert_close(weights, torch.tensor([[1.0, math.exp(-1.0), 2.0]]))
+    with pytest.raises(ValueError, match="> 0"):
+        truncated_importance_weights(old, engine, cap=0.0)
+    advantages, mask = torch.tensor([[1.0, -1.0, 2.0]]), torch.ones(1, 3)
+    plain, _ = ppo_policy_loss(old, old, advantages, mask, 0.2, 0.2, None, "seq-mean-token-sum")
+    weighted, _ = ppo_policy_loss(old, old, advantages, mask, 0.2, 0.2, None, "seq-mean-token-sum", token_weights=weights)
+    # at ratio 1 each token's loss is -A: the weighted sum is -(1 * 1 - 1 * e^-1 + 2 * 2)
+    assert plain.item() == pytest.approx(-2.0)
+    assert weighted.item() == pytest.approx(-(1.0 - math.exp(-1.0) + 4.0))

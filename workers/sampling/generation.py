@@ -22,7 +22,7 @@ from workers.forward import base_model, cache_from, lm_forward
 from workers.sampling.kv_cache import preallocated_cache
 from workers.log_probs import position_ids_from_mask
 
-__all__ = ["SamplingParams", "eos_token_ids", "filter_logits", "generate_batch", "sample_responses"]
+__all__ = ["SamplingParams", "eos_token_ids", "filter_logits", "generate_batch", "rollout_batch", "sample_responses"]
 
 _OVERRIDABLE = ("n", "do_sample", "temperature", "max_new_tokens", "top_p", "top_k")
 
@@ -212,10 +212,6 @@ def generate_batch(
     for key in ("input_ids", "attention_mask"):
         if key not in prompts.batch:
             raise KeyError(f"generate_sequences needs tensor '{key}' (left-padded prompts); got {prompts.keys()}")
-    tensors, non_tensors = _repeat_columns(prompts, params.n)
-    prompt_ids = tensors.pop("input_ids")
-    prompt_mask = tensors.pop("attention_mask")
-    tensors.pop("position_ids", None)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_token_ids(tokenizer, model)[0]
     responses, response_mask = sample_responses(
         model,
@@ -227,7 +223,24 @@ def generate_batch(
         generator=generator,
         samples_per_prompt=params.n,
     )
-    responses, response_mask = responses.cpu(), response_mask.cpu()
+    return rollout_batch(prompts, responses.cpu(), response_mask.cpu(), tokenizer, params)
+
+
+def rollout_batch(
+    prompts: DataProto,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    tokenizer: Any,
+    params: SamplingParams,
+    extra: Mapping[str, torch.Tensor] | None = None,
+) -> DataProto:
+    """The rollout DataProto every engine returns: prompts repeated ``n`` times (samples consecutive),
+    responses right-padded, masks and position ids over prompt + response, ``response_text``;
+    ``extra`` adds per-sample tensors (the vllm engine's ``rollout_log_probs``)."""
+    tensors, non_tensors = _repeat_columns(prompts, params.n)
+    prompt_ids = tensors.pop("input_ids")
+    prompt_mask = tensors.pop("attention_mask")
+    tensors.pop("position_ids", None)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     lengths = response_mask.sum(dim=-1).tolist()
     texts = [
@@ -241,6 +254,7 @@ def generate_batch(
             "input_ids": torch.cat([prompt_ids, responses], dim=1),
             "attention_mask": attention_mask,
             "position_ids": position_ids_from_mask(attention_mask),
+            **dict(extra or {}),
         }
     )
     response_text = np.empty(len(texts), dtype=object)
