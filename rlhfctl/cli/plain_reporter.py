@@ -58,9 +58,11 @@ class PlainReporter(BaseReporter):
         self._line(text if level == "info" else f"{level}: {text}")
 
     def run_finished(self, summary: dict[str, Any]) -> None:
-        """``run finished: key=value ...``."""
-        details = " ".join(f"{key}={_flat(value)}" for key, value in summary.items() if not isinstance(value, dict))
-        self._line(f"run finished: {details}".rstrip())
+        """``run finished``, then one indented ``key: value`` line per entry (readable in a log)."""
+        self._line("run finished")
+        for key, value in summary.items():
+            if not isinstance(value, dict):
+                self._line(f"  {key}: {_flat(value)}")
 
 
 def _flat(value: Any) -> str:

@@ -230,6 +230,9 @@ class TrainerConfig:
     balance_batch: bool = _field(False, "ppo: reorder samples before the updates so each data-parallel rank gets a similar number of tokens")
     overlap_rollout: bool = _field(True, "ppo: send the next step's prompts before the current step ends; the actor's ranks generate right after the update, so the rollout stays on-policy")
     export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")
+    overwrite: bool = _field(False, "clear the run files of a previous run in output_dir before starting (with resume: never a used output_dir is refused otherwise)")
+    loggers: List[str] = _field(doc="where metrics go: console, jsonl (output_dir/metrics.jsonl), tensorboard (output_dir/tensorboard), wandb, mlflow", factory=lambda: ["console", "jsonl"])
+    log_samples: int = _field(0, "ppo: prompts with their responses and scores logged per step to output_dir/samples.jsonl (and TensorBoard); one is shown every log_every steps", min=0)
 
 
 def _default_pools() -> Dict[str, ResourcePoolConfig]:

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from rlhfctl.recipe.arithmetic import derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm
 from rlhfctl.recipe.check_data import check_data
+from rlhfctl.recipe.check_loggers import check_loggers
 from rlhfctl.recipe.check_runtime import check_models, check_pools, check_resume
 from rlhfctl.recipe.check_stage import check_stage
 from rlhfctl.recipe.check_workers import check_reward_function, check_workers
@@ -26,6 +27,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None) -> ValidationReport
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
+    report.issues += check_loggers(cfg)
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
         report.issues += stage_issues

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rlhfctl.ray_cluster import start_or_join_ray
+from rlhfctl.run_signals import stop_on_signals
 from rlhfctl.trace import brief_summary
+from rlhfctl.trainer.output_dir import prepare_output_dir
 from rlhfctl.trainer.ppo_trainer import PPOTrainer
 from rlhfctl.trainer.trainers import make_trainer, run_summary
 
@@ -22,6 +25,7 @@ class _SilentReporter:
 def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
     """Train as the recipe says (``algorithm.name`` picks the trainer); returns the run's summary."""
     reporter = reporter or _SilentReporter()
+    prepare_output_dir(cfg)
     session = None
     if cfg.ray.backend == "ray":
         session = start_or_join_ray(
@@ -30,6 +34,12 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
             num_gpus=cfg.ray.num_gpus,
             dashboard=bool(cfg.ray.dashboard),
         )
+    with stop_on_signals():  # after ray.init, which installs Ray's own SIGTERM handler
+        return _train(cfg, reporter, session)
+
+
+def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
+    """Build the trainer, fit, summarise; save on an interrupt or stop signal; always stop what was started."""
     trainer = None
     try:
         trainer = make_trainer(cfg, reporter)
@@ -65,7 +75,7 @@ def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Any) -> N
     step = trainer.completed_step
     if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
         return
-    reporter.message(f"interrupted: saving step {step} before exiting")
+    reporter.message(f"{sys.exc_info()[1] or 'interrupted'}: saving step {step} before exiting")
     try:
         trainer.save(step)
     except BaseException as error:  # noqa: BLE001 - workers may be gone already; keep the older checkpoint
