@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from rlhfctl.protocol import DataProto
-from rlhfctl.single_controller import Dispatch, register
+from rlhfctl.single_controller import Dispatch, rank_progress, register
 from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
 from workers.reward_functions import ON_ERROR_POLICIES, RewardFunctionError, call_reward_function, load_reward_function
 from workers.role import RoleWorker
@@ -158,4 +158,5 @@ class RewardWorker(RoleWorker):
             encoded = {key: encoded[key].to(self.device) for key in ("input_ids", "attention_mask")}
             logits = self.model(**encoded).logits
             scores.extend(logits[:, 0].float().cpu().tolist())
+            rank_progress.report(len(scores), len(texts), "rows")
         return scores

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from rlhfctl.single_controller import rank_progress
+
 __all__ = ["ON_ERROR_POLICIES", "RewardFunctionError", "call_reward_function", "load_reward_function"]
 
 ON_ERROR_POLICIES = ("raise", "zero")
@@ -150,6 +152,7 @@ def call_reward_function(
             if on_error == "zero":
                 scores.extend([0.0] * (stop - start))
                 errored.extend([True] * (stop - start))
+                rank_progress.report(stop, total, "rows")
                 continue
             raise RewardFunctionError(
                 f"reward function {name} raised {type(error).__name__}: {error} (samples {start}..{stop - 1} "
@@ -157,4 +160,5 @@ def call_reward_function(
             ) from error
         scores.extend(_as_scores(result, name, start, stop - start))
         errored.extend([False] * (stop - start))
+        rank_progress.report(stop, total, "rows")
     return scores, errored

@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from rlhfctl.cli.metrics_line import format_value, metrics_line
 from rlhfctl.cli.reporter_base import BaseReporter, describe_ranks
+from rlhfctl.single_controller.rank_progress import stragglers
 
 __all__ = ["PlainReporter"]
 
@@ -19,6 +20,8 @@ class PlainReporter(BaseReporter):
         self.verbose = verbose
         self.total: int | None = None
         self._step_started = 0.0
+        self.inflight: dict[int, Any] = {}
+        self._straggling: set[tuple[int, int]] = set()  # (call, rank) already reported
 
     def _line(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -39,15 +42,26 @@ class PlainReporter(BaseReporter):
 
     def dispatch_started(self, event: Any) -> None:
         """``-> role.method MODE ranks=0-1 rows/rank=8`` when verbose."""
+        self.inflight[id(event)] = event
         if self.verbose:
             rows = event.rows_per_rank[0] if event.rows_per_rank else "-"
             self._line(f"  -> {event.role}.{event.method} {event.dispatch_mode} ranks={describe_ranks(event.ranks)} rows/rank={rows}")
 
     def dispatch_finished(self, event: Any) -> None:
         """``<- role.method 1.23s`` when verbose."""
+        self.inflight.pop(id(event), None)
         if self.verbose:
             elapsed = (event.finished or time.time()) - event.started
             self._line(f"  <- {event.role}.{event.method} {elapsed:.2f}s")
+
+    def rank_progress(self, reports: list[Any]) -> None:
+        """A line, once per call and rank, for a rank that straggles (see :func:`straggler_line`)."""
+        now = time.time()
+        for key, event in list(self.inflight.items()):
+            for progress, median in stragglers(event, reports, now):
+                if (key, progress.rank) not in self._straggling:
+                    self._straggling.add((key, progress.rank))
+                    self._line(straggler_line(event, progress, median, now))
 
     def step_finished(self, step: int, metrics: dict[str, Any]) -> None:
         """``step 3/40  reward=... kl=... step_s=...``."""
@@ -71,3 +85,12 @@ def _flat(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(_flat(item) for item in value)
     return format_value(value)
+
+
+def straggler_line(event: Any, progress: Any, median: float, now: float) -> str:
+    """``straggler: actor.generate_sequences rank 1 (node 10.0.0.2) 6.1 s, 2.3x the others' median 2.6 s, at 12/24 tokens``."""
+    seconds = progress.seconds(now)
+    ratio = seconds / median if median > 0 else float("inf")
+    at = f", at {progress.done}/{progress.total} {progress.unit}" if progress.total else ""
+    return (f"straggler: {event.role}.{event.method} rank {progress.rank} (node {progress.node}) {seconds:.1f} s, "
+            f"{ratio:.1f}x the others' median {median:.1f} s{at}")

@@ -43,6 +43,9 @@ class BaseReporter:
     def run_finished(self, summary: dict[str, Any]) -> None:
         """The run ended normally with ``summary``."""
 
+    def rank_progress(self, reports: list[Any]) -> None:
+        """The latest progress of every rank inside its call (RankProgress reports), a few times a second."""
+
     def close(self) -> None:
         """Release the display (stop live views); safe to call twice."""
 

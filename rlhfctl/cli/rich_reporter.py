@@ -9,11 +9,13 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from rlhfctl.cli.metrics_line import format_value, key_metrics
 from rlhfctl.cli.reporter_base import BaseReporter, describe_ranks
+from rlhfctl.single_controller.rank_progress import call_reports
 
 __all__ = ["RichReporter"]
 
@@ -38,13 +40,14 @@ class RichReporter(BaseReporter):
         self.task: TaskID | None = None
         self.total: int | None = None
         self.inflight: dict[int, Any] = {}
+        self.reports: list[Any] = []  # the ranks' live progress (RankProgress), from the progress watcher
         self.lock = threading.Lock()
         self.live: Live | None = None
 
     # ------------------------------------------------------------------ display
     def _render(self) -> RenderableType:
         with self.lock:
-            events = list(self.inflight.values())
+            events, reports = list(self.inflight.values()), list(self.reports)
         if not events:
             return self.progress
         table = Table(box=None, padding=(0, 2), show_header=True, header_style="dim")
@@ -56,6 +59,8 @@ class RichReporter(BaseReporter):
             mode = event.dispatch_mode + ("" if event.execute_mode == "ALL" else f"/{event.execute_mode}")
             table.add_row(Text(f"{event.role}.{event.method}", style="cyan"), Text(mode), Text(describe_ranks(event.ranks)),
                           Text(rows), Text(f"{now - event.started:.1f}s"))
+            for progress in call_reports(event, reports):
+                table.add_row(*_rank_row(progress, now))
         return Group(self.progress, table)
 
     def _ensure_live(self) -> None:
@@ -107,6 +112,11 @@ class RichReporter(BaseReporter):
             self.inflight.pop(id(event), None)
         self._refresh()
 
+    def rank_progress(self, reports: list[Any]) -> None:
+        """Keep the ranks' latest progress; the next frame draws a bar per rank under its call."""
+        with self.lock:
+            self.reports = list(reports)
+
     def step_finished(self, step: int, metrics: dict[str, Any]) -> None:
         """Advance the bar and print the step's key metrics above the live view."""
         self._ensure_task(self.total)
@@ -143,6 +153,16 @@ class RichReporter(BaseReporter):
         if self.live is not None:
             self.live.stop()
             self.live = None
+
+
+def _rank_row(progress: Any, now: float) -> tuple[RenderableType, ...]:
+    """``  rank 1  [bar] 12/24 tokens  3.1s``, or ``done`` for a rank that finished the call."""
+    label = Text(f"  rank {progress.rank}", style="dim")
+    seconds = Text(f"{progress.seconds(now):.1f}s", style="dim")
+    if progress.finished:
+        return label, Text("done", style="green"), Text(progress.node, style="dim"), Text(""), seconds
+    bar = ProgressBar(total=max(progress.total, 1), completed=progress.done, width=20)
+    return label, bar, Text(progress.node, style="dim"), Text(f"{progress.done}/{progress.total} {progress.unit}"), seconds
 
 
 def _flat(value: Any) -> str:

@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 
 from rlhfctl.ray_cluster import start_or_join_ray
 from rlhfctl.run_signals import stop_on_signals
+from rlhfctl.single_controller.rank_progress import watch_rank_progress
 from rlhfctl.trace import brief_summary
 from rlhfctl.trainer.output_dir import prepare_output_dir
 from rlhfctl.trainer.ppo_trainer import PPOTrainer
@@ -35,7 +36,8 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
             dashboard=bool(cfg.ray.dashboard),
         )
     with stop_on_signals():  # after ray.init, which installs Ray's own SIGTERM handler
-        return _train(cfg, reporter, session)
+        with watch_rank_progress(cfg.ray.backend, getattr(reporter, "rank_progress", None)):
+            return _train(cfg, reporter, session)
 
 
 def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
