@@ -18,7 +18,6 @@ KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loss", ("loss",)),  # sft, reward_model, dpo
     ("val_reward", ("val/reward/mean",)),
     ("kl_coef", ("kl/coef",)),
-    ("reward_errors", ("reward/errors",)),
     ("eval_loss", ("eval/loss",)),
     ("eval_acc", ("eval/accuracy",)),
     ("step_s", ("time/step",)),

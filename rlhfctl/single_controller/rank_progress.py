@@ -132,7 +132,7 @@ def calling(role: str, method: str, rank: int) -> Iterator[None]:
     finally:
         _local.call = previous
         if context.sent:
-            context.sink(replace(context.progress, updated=time.time(), finished=True))
+            _send(context.sink, replace(context.progress, updated=time.time(), finished=True))
 
 
 def report(done: int, total: int, unit: str) -> None:
@@ -149,7 +149,15 @@ def report(done: int, total: int, unit: str) -> None:
         return
     context.sink, context.sent = sink, True
     context.progress = replace(context.progress, updated=time.time(), done=int(done), total=int(total), unit=unit)
-    sink(context.progress)
+    _send(sink, context.progress)
+
+
+def _send(sink: Callable[[RankProgress], None], progress: RankProgress) -> None:
+    """Hand a report to the board; progress never fails a call (a board gone with its Ray session is looked up again)."""
+    try:
+        sink(progress)
+    except Exception:  # noqa: BLE001 - the display is best effort, the worker's method is not
+        _sink_state["sink"] = None
 
 
 def start_board(backend: str) -> tuple[Callable[[], list[RankProgress]], Callable[[], None]]:

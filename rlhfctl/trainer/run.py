@@ -36,39 +36,45 @@ def run_training(cfg: DictConfig, reporter: Any = None) -> dict[str, Any]:
             dashboard=bool(cfg.ray.dashboard),
         )
     with stop_on_signals():  # after ray.init, which installs Ray's own SIGTERM handler
-        with watch_rank_progress(cfg.ray.backend, getattr(reporter, "rank_progress", None)):
-            return _train(cfg, reporter, session)
+        return _train(cfg, reporter, session)
 
 
 def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
     """Build the trainer, fit, summarise; save on an interrupt or stop signal; always stop what was started."""
     trainer = None
+    observer = getattr(reporter, "rank_progress", None) if cfg.trainer.live_progress else None
     try:
-        trainer = make_trainer(cfg, reporter)
-        for group in trainer.groups.all():
-            group.observers.append(_DispatchForwarder(reporter))
-        reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
-                              "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
-        trainer.setup()
-        try:
-            trainer.fit()
-        except KeyboardInterrupt:
-            _save_on_interrupt(trainer, cfg, reporter)
-            raise
-        summary = run_summary(trainer)
-        trace = trainer.trace_summary()
-        summary.update(brief_summary(trace))
-        trace_path = trainer.write_trace()
-        if trace_path is not None:
-            summary["trace_file"] = str(trace_path)
-        summary["trace"] = trace
-        reporter.run_finished(summary)
-        return summary
+        with watch_rank_progress(cfg.ray.backend, observer):  # stops polling before Ray goes down
+            trainer = make_trainer(cfg, reporter)
+            for group in trainer.groups.all():
+                group.observers.append(_DispatchForwarder(reporter))
+            reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
+                                  "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
+            trainer.setup()
+            try:
+                trainer.fit()
+            except KeyboardInterrupt:
+                _save_on_interrupt(trainer, cfg, reporter)
+                raise
+            return _finish(trainer, reporter)
     finally:
         if trainer is not None:
             trainer.shutdown()
         if session is not None:
             session.shutdown()
+
+
+def _finish(trainer: Any, reporter: Any) -> dict[str, Any]:
+    """The run's summary (with the trace's), reported and returned."""
+    summary = run_summary(trainer)
+    trace = trainer.trace_summary()
+    summary.update(brief_summary(trace))
+    trace_path = trainer.write_trace()
+    if trace_path is not None:
+        summary["trace_file"] = str(trace_path)
+    summary["trace"] = trace
+    reporter.run_finished(summary)
+    return summary
 
 
 def _save_on_interrupt(trainer: PPOTrainer, cfg: DictConfig, reporter: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,8 +27,14 @@ def run(command: list[str], cwd: Path, timeout: float = 600) -> subprocess.Compl
 def installed(tmp_path_factory) -> Path:
     """A wheel built from this checkout, installed (--no-deps) into a fresh venv that reuses this venv's packages."""
     root = tmp_path_factory.mktemp("install")
+    source = root / "source"  # a copy: building in place would leave build/ and *.egg-info in the checkout
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        source.mkdir(exist_ok=True)
+        shutil.copy(REPO / name, source / name)
+    for name in ("rlhfctl", "workers", "recipes"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(root / "dist"),
-         str(REPO)], cwd=root)
+         str(source)], cwd=root)
     wheel = next((root / "dist").glob("rlhfctl-*.whl"))
     venv = root / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=root)
