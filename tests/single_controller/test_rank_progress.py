@@ -90,7 +90,7 @@ def test_reports_are_throttled_to_a_few_a_second(counting_group):
 def test_plain_output_names_a_straggling_rank_with_its_node(counting_group):
     stream = io.StringIO()
     plain = PlainReporter(stream)
-    run_watched(counting_group, "ray", plain, steps=6, seconds=0.1, slow_rank=1, slow_factor=4.0)
+    run_watched(counting_group, "ray", plain, steps=6, seconds=0.1, slow_rank=1, slow_factor=8.0)
     lines = [line for line in stream.getvalue().splitlines() if line.startswith("straggler:")]
     assert len(lines) == 1, stream.getvalue()
     assert lines[0].startswith("straggler: counter.count rank 1 (node ")
