@@ -176,14 +176,29 @@ def start_board(backend: str) -> tuple[Callable[[], list[RankProgress]], Callabl
         return board.snapshot, close_local
     import ray
 
-    remote = ray.remote(num_cpus=0)(ProgressBoard)
-    handle = remote.options(name=BOARD_NAME, get_if_exists=True).remote()
-    ray.get(handle.snapshot.remote(), timeout=60)  # registered under its name before any rank looks it up
+    handle = _session_board(ray)
 
     def snapshot() -> list[RankProgress]:
         return ray.get(handle.snapshot.remote(), timeout=5)
 
     return snapshot, lambda: None
+
+
+def _session_board(ray: Any) -> Any:
+    """This Ray session's board, created once: Ray stops an actor when its creator drops the handle it got
+    at creation, so the driver keeps that handle, and a later run in the session (the next pipeline
+    stage) reuses it rather than asking for the name again."""
+    handle = _sink_state.get("driver_board")
+    if handle is not None:
+        try:
+            ray.get(handle.snapshot.remote(), timeout=10)
+            return handle
+        except Exception:  # noqa: BLE001 - a board of an earlier Ray session: make a new one
+            pass
+    handle = ray.remote(num_cpus=0)(ProgressBoard).options(name=BOARD_NAME, get_if_exists=True).remote()
+    ray.get(handle.snapshot.remote(), timeout=60)  # registered under its name before any rank looks it up
+    _sink_state["driver_board"] = handle
+    return handle
 
 
 def stragglers(event: Any, reports: list[RankProgress], now: float,

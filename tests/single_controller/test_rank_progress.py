@@ -84,15 +84,18 @@ def test_reports_are_throttled_to_a_few_a_second(counting_group):
     seen = {(p.rank, p.done) for _, reports in recorder.polls for p in rank_progress.call_reports(event, reports)}
     per_rank = max(sum(1 for rank, _ in seen if rank == r) for r in (0, 1))
     seconds = event.finished - event.started
-    assert per_rank <= seconds / rank_progress.REPORT_INTERVAL_S + 3
+    assert 2 <= per_rank <= seconds / rank_progress.REPORT_INTERVAL_S + 3  # some arrive, not 200
 
 
 def test_plain_output_names_a_straggling_rank_with_its_node(counting_group):
     stream = io.StringIO()
-    plain = PlainReporter(stream)
-    run_watched(counting_group, "ray", plain, steps=6, seconds=0.1, slow_rank=1, slow_factor=8.0)
+    plain, recorder = PlainReporter(stream), Recorder()
+    run_watched(counting_group, "ray", plain, recorder, steps=6, seconds=0.1, slow_rank=1, slow_factor=8.0)
     lines = [line for line in stream.getvalue().splitlines() if line.startswith("straggler:")]
-    assert len(lines) == 1, stream.getvalue()
+    event = recorder.events[-1]
+    seen = [(round(at - event.started, 2), [(p.rank, p.done, p.finished, round(p.started - event.started, 2))
+                                            for p in reports if p.method == "count"]) for at, reports in recorder.polls]
+    assert len(lines) == 1, (stream.getvalue(), seen)
     assert lines[0].startswith("straggler: counter.count rank 1 (node ")
     assert "the others' median" in lines[0] and "/6 items" in lines[0]
 
