@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +67,17 @@ def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, n
         return RaySession(started_here=False, address=address)
     env.setdefault("PYTHONPATH", _driver_import_path())
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    with _ray_processes_in_their_own_session(), _quiet_token_auth_notice():
+        _init_private_ray(num_cpus, num_gpus, dashboard, env)
+    return RaySession(started_here=True, address=None)
+
+
+def _init_private_ray(num_cpus: int | None, num_gpus: int | None, dashboard: bool, env: dict[str, str]) -> None:
+    """``ray.init`` of a new local cluster: ``address="local"`` never joins one found on the machine."""
+    import ray
+
     ray.init(
+        address="local",
         num_cpus=num_cpus,
         num_gpus=num_gpus,
         include_dashboard=dashboard,
@@ -74,4 +87,51 @@ def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, n
         configure_logging=True,
         _system_config={"max_direct_call_object_size": INLINE_OBJECT_BYTES},
     )
-    return RaySession(started_here=True, address=None)
+
+
+class _DropTokenAuthNotice(logging.Filter):
+    """Drops Ray's "Token authentication is enabled for this Ray cluster" notice (and only that record)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token authentication is enabled for this Ray cluster")
+
+
+@contextlib.contextmanager
+def _quiet_token_auth_notice() -> Iterator[None]:
+    """Ray enables token authentication for a new local cluster and says so on every run; the private
+    cluster keeps it on, without the line (it is about Ray's defaults, not about this run)."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    notice = _DropTokenAuthNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+
+
+@contextlib.contextmanager
+def _ray_processes_in_their_own_session() -> Iterator[None]:
+    """Start the private Ray's processes (GCS, raylet, and the workers they spawn) in a session of their own.
+
+    A signal sent to the driver's process group (a scheduler stopping the job, Ctrl-C in a shell)
+    then reaches the driver alone, which saves and shuts Ray down in order; otherwise the raylet dies
+    first and the driver aborts. Only where the kernel ties each process to its parent's death (Linux),
+    so nothing outlives a driver that is killed outright; elsewhere Ray starts them as it always does.
+    """
+    from ray._private import services, utils
+
+    original = getattr(services, "ConsolePopen", None)
+    if original is None or not sys.platform.startswith("linux") or not utils.detect_fate_sharing_support():
+        yield
+        return
+
+    class _OwnSessionPopen(original):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            kwargs["start_new_session"] = True
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = _OwnSessionPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = original

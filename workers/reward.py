@@ -11,7 +11,7 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
-from rlhfctl.single_controller import Dispatch, register
+from rlhfctl.single_controller import Dispatch, rank_progress, register
 from workers.engine import serving
 from workers.packing import packed_sequence_scores
 from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
@@ -182,4 +182,5 @@ class RewardWorker(RoleWorker):
                     scores.extend(packed_sequence_scores(self.model, **encoded).cpu().tolist())
                 else:
                     scores.extend(self.model(**encoded).logits[:, 0].float().cpu().tolist())
+                rank_progress.report(len(scores), len(texts), "rows")
         return scores

@@ -23,6 +23,7 @@ from typing import Any
 
 from rlhfctl.errors import UserError
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.single_controller import rank_progress
 
 __all__ = [
     "ON_ERROR_POLICIES",
@@ -201,6 +202,7 @@ def call_reward_function(
             if on_error == "zero":
                 scores.extend([0.0] * (stop - start))
                 errored.extend([True] * (stop - start))
+                rank_progress.report(stop, total, "rows")
                 continue
             raise RewardFunctionError(
                 f"reward function {name} raised {type(error).__name__}: {error} (samples {start}..{stop - 1} "
@@ -208,4 +210,5 @@ def call_reward_function(
             ) from error
         scores.extend(_as_scores(result, name, start, stop - start))
         errored.extend([False] * (stop - start))
+        rank_progress.report(stop, total, "rows")
     return scores, errored

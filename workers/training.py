@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlhfctl.models.loading import enable_activation_checkpointing  # the workers' checkpointing switch
+from rlhfctl.single_controller import rank_progress
 from workers.engine import clip_grad_norm
 from workers.micro_batches import micro_batch_shares, split_by_rows, split_by_tokens
 
@@ -148,6 +149,12 @@ def _mini_batches(rows: int, size: int, epochs: int, generator: torch.Generator)
         yield from order.split(size)
 
 
+def _micro_batches_per_epoch(rows: int, mini: int, micro: int) -> int:
+    """Micro-batches in one pass: each mini-batch (the last may be short) split into pieces of ``micro`` rows."""
+    full, rest = divmod(rows, mini)
+    return full * math.ceil(mini / micro) + (math.ceil(rest / micro) if rest else 0)
+
+
 def optimize_on_batch(
     batch: Mapping[str, torch.Tensor],
     *,
@@ -182,7 +189,8 @@ def optimize_on_batch(
     params = trainable_parameters(model)
     max_norm = float(grad_clip) if grad_clip and grad_clip > 0 else float("inf")
     totals: dict[str, float] = defaultdict(float)
-    steps = 0
+    steps = done = 0
+    total = max(1, int(epochs)) * _micro_batches_per_epoch(rows, mini, micro)
     for indices in _mini_batches(rows, mini, max(1, int(epochs)), generator):
         if micro_batch_tokens:
             pieces = split_by_tokens(indices, row_tokens, int(micro_batch_tokens), key=budget_key, device=device)
@@ -198,6 +206,8 @@ def optimize_on_batch(
                 (loss * share).backward()
             for key, value in metrics.items():
                 step_metrics[key] += float(value) * share
+            done += 1
+            rank_progress.report(done, total, "micro-batches")
         grad_norm = clip_grad_norm(params, max_norm)
         if math.isfinite(grad_norm):
             optimizer.step()

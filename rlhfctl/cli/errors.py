@@ -3,7 +3,8 @@
 0 success; 1 internal error (a bug: the traceback is printed); 2 a user error (recipe, data, model
 settings, reward function: one red line naming the key, no traceback); 3 a worker process died or a
 call timed out (one line naming role, rank and method); 4 training diverged (NaN or infinite loss or
-reward; the last good checkpoint is kept); 130 interrupted (Ctrl-C).
+reward; the last good checkpoint is kept); 130 interrupted (Ctrl-C); 143 stopped by SIGTERM and 138 by
+SIGUSR1 (128 + the signal number; the run saved first, see :mod:`rlhfctl.run_signals`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _user_error_in_worker(error: BaseException) -> bool:
 def exit_code_for(error: BaseException) -> int:
     """The exit code for an exception that ended a command."""
     if isinstance(error, KeyboardInterrupt):
-        return EXIT_INTERRUPTED
+        return getattr(error, "exit_code", EXIT_INTERRUPTED)  # RunSignalled carries 128 + its signal
     if is_user_error(error):
         return EXIT_USER
     for family, code in RUNTIME_FAILURES:
@@ -66,9 +67,9 @@ def guarded(err: Console) -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort, typer.TyperException):
         raise  # usage errors (BadParameter) and exits are typer's to report
-    except KeyboardInterrupt:
-        print_line(err, "interrupted", "yellow")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as error:
+        print_line(err, str(error) or "interrupted", "yellow")
+        raise typer.Exit(exit_code_for(error)) from None
     except Exception as error:  # noqa: BLE001 - the single place that maps errors to exit codes
         code = exit_code_for(error)
         if code in (EXIT_USER, EXIT_WORKER_FAILED, EXIT_DIVERGED):

@@ -237,7 +237,7 @@ def render_trace_summary(console: Console, path: Any, summary: dict[str, Any]) -
                         "including the wait behind earlier calls to the same ranks")
     share = summary.get("orchestration_share")
     share_text = f"{100 * share:.1f}%" if share is not None else "n/a"
-    console.print(f"steps {summary['steps']}, calls {summary['calls']}, step time {summary['step_s']:.2f} s, "
+    console.print(f"steps {summary['steps']}, calls {summary['calls']}, time in steps {summary['step_s']:.2f} s (all steps), "
                   f"orchestration {summary['orchestration_s']:.3f} s ({share_text} of step time: driver-side dispatch, "
                   "collect, serialization and waiting that is not worker compute)")
     idle = summary.get("idle_by_boundary") or {}

@@ -18,10 +18,12 @@ from typing import Any, TextIO
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from rlhfctl.cli.console import print_error
+from rlhfctl.single_controller.rank_progress import call_reports, stragglers
 from rlhfctl.trainer.reporting import Reporter
 
 __all__ = ["KEY_METRICS", "BaseReporter", "PlainReporter", "QuietReporter", "RichReporter", "describe_ranks", "format_value",
@@ -36,6 +38,8 @@ KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("vf_loss", ("critic/vf_loss",)),
     ("resp_len", ("response_length/mean",)),
     ("loss", ("loss",)),  # sft, reward_model, dpo
+    ("val_reward", ("val/reward/mean",)),
+    ("kl_coef", ("kl/coef",)),
     ("eval_loss", ("eval/loss",)),
     ("eval_acc", ("eval/accuracy",)),
     ("step_s", ("time/step",)),
@@ -128,6 +132,8 @@ class PlainReporter(BaseReporter):
         self.verbose = verbose
         self.total: int | None = None
         self._step_started = 0.0
+        self.inflight: dict[int, Any] = {}
+        self._straggling: set[tuple[int, int]] = set()  # (call, rank) already reported
 
     def _line(self, text: str) -> None:
         self.stream.write(text + "\n")
@@ -148,15 +154,26 @@ class PlainReporter(BaseReporter):
 
     def dispatch_started(self, event: Any) -> None:
         """``-> role.method MODE ranks=0-1 rows/rank=8`` when verbose."""
+        self.inflight[id(event)] = event
         if self.verbose:
             rows = event.rows_per_rank[0] if event.rows_per_rank else "-"
             self._line(f"  -> {event.role}.{event.method} {event.dispatch_mode} ranks={describe_ranks(event.ranks)} rows/rank={rows}")
 
     def dispatch_finished(self, event: Any) -> None:
         """``<- role.method 1.23s`` when verbose."""
+        self.inflight.pop(id(event), None)
         if self.verbose:
             elapsed = (event.finished or time.time()) - event.started
             self._line(f"  <- {event.role}.{event.method} {elapsed:.2f}s")
+
+    def rank_progress(self, reports: list[Any]) -> None:
+        """A line, once per call and rank, for a rank that straggles (see :func:`straggler_line`)."""
+        now = time.time()
+        for key, event in list(self.inflight.items()):
+            for progress, median in stragglers(event, reports, now):
+                if (key, progress.rank) not in self._straggling:
+                    self._straggling.add((key, progress.rank))
+                    self._line(straggler_line(event, progress, median, now))
 
     def step_finished(self, step: int, metrics: dict[str, Any]) -> None:
         """``step 3/40  reward=... kl=... step_s=...``."""
@@ -167,9 +184,11 @@ class PlainReporter(BaseReporter):
         self._line(text if level == "info" else f"{level}: {text}")
 
     def run_finished(self, summary: dict[str, Any]) -> None:
-        """``run finished: key=value ...``."""
-        details = " ".join(f"{key}={_plain_flat(value)}" for key, value in summary.items() if not isinstance(value, dict))
-        self._line(f"run finished: {details}".rstrip())
+        """``run finished``, then one indented ``key: value`` line per entry (readable in a log)."""
+        self._line("run finished")
+        for key, value in summary.items():
+            if not isinstance(value, dict):
+                self._line(f"  {key}: {_plain_flat(value)}")
 
 
 def _plain_flat(value: Any) -> str:
@@ -178,6 +197,15 @@ def _plain_flat(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(_plain_flat(item) for item in value)
     return format_value(value)
+
+
+def straggler_line(event: Any, progress: Any, median: float, now: float) -> str:
+    """``straggler: actor.generate_sequences rank 1 (node 10.0.0.2) 6.1 s, 2.3x the others' median 2.6 s, at 12/24 tokens``."""
+    seconds = progress.seconds(now)
+    ratio = seconds / median if median > 0 else float("inf")
+    at = f", at {progress.done}/{progress.total} {progress.unit}" if progress.total else ""
+    return (f"straggler: {event.role}.{event.method} rank {progress.rank} (node {progress.node}) {seconds:.1f} s, "
+            f"{ratio:.1f}x the others' median {median:.1f} s{at}")
 
 
 # ---------------------------------------------------------------------------------- quiet
@@ -215,13 +243,14 @@ class RichReporter(BaseReporter):
         self.task: TaskID | None = None
         self.total: int | None = None
         self.inflight: dict[int, Any] = {}
+        self.reports: list[Any] = []  # the ranks' live progress (RankProgress), from the progress watcher
         self.lock = threading.Lock()
         self.live: Live | None = None
 
     # ------------------------------------------------------------------ display
     def _render(self) -> RenderableType:
         with self.lock:
-            events = list(self.inflight.values())
+            events, reports = list(self.inflight.values()), list(self.reports)
         if not events:
             return self.progress
         table = Table(box=None, padding=(0, 2), show_header=True, header_style="dim")
@@ -233,6 +262,8 @@ class RichReporter(BaseReporter):
             mode = event.dispatch_mode + ("" if event.execute_mode == "ALL" else f"/{event.execute_mode}")
             table.add_row(Text(f"{event.role}.{event.method}", style="cyan"), Text(mode), Text(describe_ranks(event.ranks)),
                           Text(rows), Text(f"{now - event.started:.1f}s"))
+            for progress in call_reports(event, reports):
+                table.add_row(*_rank_row(progress, now))
         return Group(self.progress, table)
 
     def _ensure_live(self) -> None:
@@ -284,6 +315,11 @@ class RichReporter(BaseReporter):
             self.inflight.pop(id(event), None)
         self._refresh()
 
+    def rank_progress(self, reports: list[Any]) -> None:
+        """Keep the ranks' latest progress; the next frame draws a bar per rank under its call."""
+        with self.lock:
+            self.reports = list(reports)
+
     def step_finished(self, step: int, metrics: dict[str, Any]) -> None:
         """Advance the bar and print the step's key metrics above the live view."""
         self._ensure_task(self.total)
@@ -320,6 +356,16 @@ class RichReporter(BaseReporter):
         if self.live is not None:
             self.live.stop()
             self.live = None
+
+
+def _rank_row(progress: Any, now: float) -> tuple[RenderableType, ...]:
+    """``  rank 1  [bar] 12/24 tokens  3.1s``, or ``done`` for a rank that finished the call."""
+    label = Text(f"  rank {progress.rank}", style="dim")
+    seconds = Text(f"{progress.seconds(now):.1f}s", style="dim")
+    if progress.finished:
+        return label, Text("done", style="green"), Text(progress.node, style="dim"), Text(""), seconds
+    bar = ProgressBar(total=max(progress.total, 1), completed=progress.done, width=20)
+    return label, bar, Text(progress.node, style="dim"), Text(f"{progress.done}/{progress.total} {progress.unit}"), seconds
 
 
 def _rich_flat(value: Any) -> str:

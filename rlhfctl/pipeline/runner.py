@@ -42,7 +42,9 @@ def _load_stage(spec: PipelineSpec, stage: StageSpec, index: int) -> StagePlan:
 
     outputs = {name: spec.attributes(name) for name in spec.names()}
     directory = spec.stage_dir(stage.name)
-    overrides = [*substitute(stage.overrides, outputs), f"trainer.output_dir={directory}", "trainer.export_hf=true"]
+    # A stage that runs again (its inputs changed) replaces its previous run in its directory.
+    overrides = [*substitute(stage.overrides, outputs), f"trainer.output_dir={directory}", "trainer.export_hf=true",
+                 "trainer.overwrite=true"]
     try:
         if stage.recipe_path is not None:
             cfg = load_recipe(stage.recipe_path, overrides)

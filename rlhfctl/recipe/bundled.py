@@ -1,4 +1,8 @@
-"""The recipes shipped with rlhfctl: the repository's recipes/ folder, or rlhfctl/recipes_bundled/ when installed."""
+"""The recipes shipped with rlhfctl: ``rlhfctl/recipes_bundled/`` when installed, the checkout's ``recipes/`` otherwise.
+
+The wheel ships the checkout's ``recipes/*.yaml`` as ``rlhfctl/recipes_bundled/`` (see setup.py), so one
+folder holds them either way and :func:`bundled_dir` is the one place that finds it.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from pathlib import Path
 import rlhfctl
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 
-__all__ = ["BundledRecipe", "bundled_dirs", "bundled_path", "copy_bundled", "find_bundled", "list_bundled",
+__all__ = ["BundledRecipe", "bundled_dir", "bundled_path", "copy_bundled", "find_bundled", "list_bundled",
            "recipe_description", "recipe_stem"]
 
 
@@ -23,11 +27,13 @@ class BundledRecipe:
     description: str
 
 
-def bundled_dirs() -> list[Path]:
-    """Folders holding bundled recipes that exist, the source checkout's first."""
+def bundled_dir() -> Path | None:
+    """The folder of the bundled recipes: the installed package's, else the source checkout's; None if neither exists."""
     package = Path(rlhfctl.__file__).resolve().parent
-    candidates = [package.parent / "recipes", package / "recipes_bundled"]
-    return [folder for folder in candidates if folder.is_dir()]
+    for folder in (package / "recipes_bundled", package.parent / "recipes"):
+        if folder.is_dir():
+            return folder
+    return None
 
 
 def recipe_description(path: Path) -> str:
@@ -44,12 +50,11 @@ def recipe_description(path: Path) -> str:
 
 
 def list_bundled() -> list[BundledRecipe]:
-    """Every bundled recipe by name (a name in an earlier folder hides a later one)."""
-    found: dict[str, BundledRecipe] = {}
-    for folder in bundled_dirs():
-        for path in sorted(folder.glob("*.yaml")):
-            found.setdefault(path.stem, BundledRecipe(path.stem, path, recipe_description(path)))
-    return sorted(found.values(), key=lambda recipe: recipe.name)
+    """Every bundled recipe, by name."""
+    folder = bundled_dir()
+    if folder is None:
+        return []
+    return [BundledRecipe(path.stem, path, recipe_description(path)) for path in sorted(folder.glob("*.yaml"))]
 
 
 def recipe_stem(name: str) -> str:

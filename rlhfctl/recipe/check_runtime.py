@@ -4,6 +4,7 @@ token budgets and the rollout engine."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -15,8 +16,23 @@ from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
 from rlhfctl.recipe.roles import present_roles, required_methods
 
-__all__ = ["check_data", "check_model", "check_models", "check_pools", "check_resume", "check_rollout_engine", "check_strategies", "check_token_budgets", "check_workers", "longest_row",
-           "worker_classes"]
+__all__ = [
+    "LOGGER_EXTRAS",
+    "LOGGER_NAMES",
+    "check_data",
+    "check_loggers",
+    "check_model",
+    "check_models",
+    "check_pools",
+    "check_resume",
+    "check_rollout_engine",
+    "check_strategies",
+    "check_token_budgets",
+    "check_workers",
+    "listed_loggers",
+    "longest_row",
+    "worker_classes",
+]
 
 def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
     """The resolved pools, with errors for undeclared pools and resources the Ray settings cannot give."""
@@ -374,3 +390,36 @@ def _check_architecture(actor: Any, gpu: bool, log_level: str) -> list[Issue]:
         return [error(key, f"{key}: vLLM's CPU attention takes head sizes {', '.join(map(str, _CPU_HEAD_SIZES))}, and this model's "
                       f"is {head_dim} (hidden_size / num_attention_heads); e.g. halve num_attention_heads and num_key_value_heads")]
     return []
+
+
+# ---------------------------------------------------------------------------------- loggers
+# trainer.loggers: the names a recipe may list, the extra each optional one needs, and the check before launch.
+#: The loggers a recipe may list, in the order they are written.
+LOGGER_NAMES: tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+#: logger -> (module it imports, the pip extra that installs it)
+LOGGER_EXTRAS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboard", "tensorboard"),
+    "wandb": ("wandb", "wandb"),
+    "mlflow": ("mlflow", "mlflow"),
+}
+
+
+def check_loggers(cfg: Any) -> list[Issue]:
+    """Errors for unknown names in ``trainer.loggers`` and for loggers whose package is not installed."""
+    names = list(listed_loggers(cfg))
+    issues = []
+    for position, name in enumerate(names):
+        key = f"trainer.loggers[{position}]"
+        if name not in LOGGER_NAMES:
+            issues.append(error(key, f"{key}: {name!r} is not one of: {', '.join(LOGGER_NAMES)}"))
+        elif name in LOGGER_EXTRAS and importlib.util.find_spec(LOGGER_EXTRAS[name][0]) is None:
+            module, extra = LOGGER_EXTRAS[name]
+            issues.append(error(key, f"{key}: the {name} logger needs the {module!r} package, which is not installed; "
+                                     f"pip install 'rlhfctl[{extra}]' or remove {name} from trainer.loggers"))
+    return issues
+
+
+def listed_loggers(cfg: Any) -> list[str]:
+    """The names in ``trainer.loggers`` of a merged recipe (or its plain dict); null lists none."""
+    trainer = cfg["trainer"] if isinstance(cfg, dict) else cfg.trainer
+    return [str(name) for name in trainer.get("loggers") or []]

@@ -274,6 +274,10 @@ class TrainerConfig:
     overlap_rollout: bool = _field(True, "ppo: send the next step's prompts before the current step ends; the actor's ranks generate right after the update, so the rollout stays on-policy")
     export_dtype: Optional[str] = _field(None, "dtype of the weights in checkpoints' hf/ directories and export_hf (null: the master precision, float32 for trained roles)", choices="dtypes")
     export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")
+    overwrite: bool = _field(False, "clear the run files of a previous run in output_dir before starting (with resume: never a used output_dir is refused otherwise)")
+    loggers: List[str] = _field(doc="where metrics go: console, jsonl (output_dir/metrics.jsonl), tensorboard (output_dir/tensorboard), wandb, mlflow", factory=lambda: ["console", "jsonl"])
+    live_progress: bool = _field(True, "ranks report their progress inside each call (tokens, micro-batches, rows) to the live view and the straggler lines")
+    log_samples: int = _field(0, "ppo: prompts with their responses and scores logged per step to output_dir/samples.jsonl (and TensorBoard); one is shown every log_every steps", min=0)
 
 
 def _default_pools() -> Dict[str, ResourcePoolConfig]:

@@ -11,6 +11,7 @@ from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
 from rlhfctl.recipe.check_runtime import (
     check_data,
+    check_loggers,
     check_models,
     check_pools,
     check_resume,
@@ -82,6 +83,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
+    report.issues += check_loggers(cfg)
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
         report.issues += stage_issues + check_token_budgets(cfg)

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlhfctl.single_controller import rank_progress
 from rlhfctl.single_controller import worker as worker_module
 from rlhfctl.single_controller.worker import RankInfo, free_port, node_ip_address
 
@@ -89,9 +90,10 @@ class WorkerHost:
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``role``'s registered ``method`` on this rank, recording its wall-clock span."""
         start = time.time()
-        worker = self.workers[role]
+        rank = self.rank_info.rank if self.rank_info is not None else 0
         try:
-            return getattr(worker, method)(*args, **kwargs)
+            with rank_progress.calling(role, method, rank):  # what report() inside the method is about
+                return getattr(self.workers[role], method)(*args, **kwargs)
         finally:
             self.spans.append((role, method, start, time.time()))
             # Phases a worker times inside a call (the vllm engine's wake / sync / generate / sleep).

@@ -31,6 +31,7 @@ from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.rollout import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
+from rlhfctl.trainer.samples import SampleLog
 
 __all__ = ["PPOTrainer", "PhaseTimer", "TrainingDiverged", "summarize"]
 
@@ -76,6 +77,7 @@ class PPOTrainer(TrainerBase):
         self.effective = resolve(cfg)  # the recipe's fallbacks and derived values (validate shows the same)
         self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
         self.rollouts = Rollouts(cfg, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
+        self.samples = SampleLog(self.output_dir, cfg.trainer.log_samples, self.tokenizer)
         self._start_runtime()
 
     # ------------------------------------------------------------------ the loop
@@ -90,10 +92,9 @@ class PPOTrainer(TrainerBase):
             self.record_step_trace(step, step_start, time.time())
             if cfg.val_every and (step % cfg.val_every == 0 or step == total):
                 metrics.update(self.validate())
-            self.metrics_log.write(step, metrics)
+            self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
+            self.samples.write(step, self.metrics_log)
             self.completed_step = step
-            if step % cfg.log_every == 0 or step == total:
-                self.reporter.step_finished(step, metrics)
             if cfg.save_every and (step % cfg.save_every == 0 or step == total):
                 self.save(step)
         return metrics
@@ -119,6 +120,8 @@ class PPOTrainer(TrainerBase):
         # the driver is not busy when the reference pass hands over to the update on a shared machine.
         batch = join(batch, pending_ref)
         metrics.update(batch_metrics(batch))
+        metrics.update(self._kl_metrics())
+        self.samples.take(batch)  # trainer.log_samples: written with the step's metrics
         metrics.update(timer.metrics())
         metrics["time/step"] = time.perf_counter() - step_start
         metrics["perf/tokens_per_s"] = batch.batch["attention_mask"].sum().item() / metrics["time/step"]
@@ -185,6 +188,10 @@ class PPOTrainer(TrainerBase):
         tensors.update(advantages=advantages, returns=returns)
         return batch.union(DataProto.from_dict(tensors=tensors))
 
+    def _kl_metrics(self) -> dict[str, float]:
+        """``kl/coef``: the coefficient of the in-reward KL penalty for the next step (adaptive controllers move it)."""
+        return {"kl/coef": float(self.kl_controller.value)} if self.cfg.algorithm.kl.use_in_reward else {}
+
     def _balanced(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
         """Reorder samples so the actor's ranks get similar token counts (trainer.balance_batch)."""
         ranks = self.actor.world_size
@@ -250,16 +257,29 @@ class PPOTrainer(TrainerBase):
 
 
 def summarize(metrics_log: MetricsLog, window: int = 5) -> dict[str, Any]:
-    """First and last ``window`` steps' mean reward, for the end-of-run summary."""
+    """Mean reward over the first and the last steps, for the end-of-run summary.
+
+    The two windows never overlap (``min(window, steps // 2)`` steps each, at least one), and the
+    summary names the steps each covers (``reward/first_steps: 1-2``).
+    """
     records = metrics_log.read()
-    rewards = [r["reward/mean"] for r in records if isinstance(r.get("reward/mean"), (int, float))]
-    if not rewards:
+    scored = [(r["step"], r["reward/mean"]) for r in records if isinstance(r.get("reward/mean"), (int, float))]
+    if not scored:
         return {"steps": len(records)}
-    first, last = rewards[:window], rewards[-window:]
+    size = max(1, min(window, len(scored) // 2))
+    first, last = scored[:size], scored[-size:]
     return {
         "steps": len(records),
-        "reward/first_mean": sum(first) / len(first),
-        "reward/last_mean": sum(last) / len(last),
+        "reward/first_steps": _step_span(first),
+        "reward/first_mean": sum(value for _, value in first) / size,
+        "reward/last_steps": _step_span(last),
+        "reward/last_mean": sum(value for _, value in last) / size,
         "time/step_mean": sum(r.get("time/step", math.nan) for r in records) / len(records),
         "metrics_file": str(metrics_log.path),
     }
+
+
+def _step_span(window: list[tuple[int, float]]) -> str:
+    """``3-4`` (or ``3``): the steps a summary window covers."""
+    first, last = window[0][0], window[-1][0]
+    return str(first) if first == last else f"{first}-{last}"

@@ -38,3 +38,6 @@ class Reporter(Protocol):
 
     def run_finished(self, summary: dict[str, Any]) -> None:
         """The run ended normally with this summary."""
+
+    def rank_progress(self, reports: list[Any]) -> None:
+        """The latest progress of every rank inside its call (RankProgress reports), a few times a second."""

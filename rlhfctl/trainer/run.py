@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rlhfctl.ray_cluster import start_or_join_ray
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.run_signals import stop_on_signals
+from rlhfctl.single_controller.rank_progress import watch_rank_progress
 from rlhfctl.trace import brief_summary
+from rlhfctl.trainer.output_dir import prepare_output_dir
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.trainer_base import TrainerBase
 
@@ -49,6 +53,7 @@ class _SilentReporter:
 def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train as the recipe says (``algorithm.name`` picks the trainer); returns the run's summary."""
     reporter = reporter or _SilentReporter()
+    prepare_output_dir(cfg)
     session = None
     if cfg.ray.backend == "ray":
         session = start_or_join_ray(
@@ -57,33 +62,46 @@ def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str,
             num_gpus=cfg.ray.num_gpus,
             dashboard=bool(cfg.ray.dashboard),
         )
+    with stop_on_signals():  # after ray.init, which installs Ray's own SIGTERM handler
+        return _train(cfg, reporter, session)
+
+
+def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
+    """Build the trainer, fit, summarise; save on an interrupt or stop signal; always stop what was started."""
     trainer = None
+    observer = getattr(reporter, "rank_progress", None) if cfg.trainer.live_progress else None
     try:
-        trainer = make_trainer(cfg, reporter)
-        for group in trainer.groups.all():
-            group.observers.append(_DispatchForwarder(reporter))
-        reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
-                              "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
-        trainer.setup()
-        try:
-            trainer.fit()
-        except KeyboardInterrupt:
-            _save_on_interrupt(trainer, cfg, reporter)
-            raise
-        summary = trainer.summary()
-        trace = trainer.trace_summary()
-        summary.update(brief_summary(trace))
-        trace_path = trainer.write_trace()
-        if trace_path is not None:
-            summary["trace_file"] = str(trace_path)
-        summary["trace"] = trace
-        reporter.run_finished(summary)
-        return summary
+        with watch_rank_progress(cfg.ray.backend, observer):  # stops polling before Ray goes down
+            trainer = make_trainer(cfg, reporter)
+            for group in trainer.groups.all():
+                group.observers.append(_DispatchForwarder(reporter))
+            reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
+                                  "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
+            trainer.setup()
+            try:
+                trainer.fit()
+            except KeyboardInterrupt:
+                _save_on_interrupt(trainer, cfg, reporter)
+                raise
+            return _finish(trainer, reporter)
     finally:
         if trainer is not None:
             trainer.shutdown()
         if session is not None:
             session.shutdown()
+
+
+def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
+    """The run's summary (with the trace's), reported and returned."""
+    summary = trainer.summary()
+    trace = trainer.trace_summary()
+    summary.update(brief_summary(trace))
+    trace_path = trainer.write_trace()
+    if trace_path is not None:
+        summary["trace_file"] = str(trace_path)
+    summary["trace"] = trace
+    reporter.run_finished(summary)
+    return summary
 
 
 def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter) -> None:
@@ -92,7 +110,7 @@ def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter
     step = trainer.completed_step
     if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
         return
-    reporter.message(f"interrupted: saving step {step} before exiting")
+    reporter.message(f"{sys.exc_info()[1] or 'interrupted'}: saving step {step} before exiting")
     try:
         trainer.save(step)
     except BaseException as error:  # noqa: BLE001 - workers may be gone already; keep the older checkpoint

@@ -95,9 +95,8 @@ class StageTrainer(TrainerBase):
             if self.eval_data is not None and (step == total or (trainer.val_every and step % trainer.val_every == 0)):
                 metrics.update(self.evaluate())
             self._check_finite(step, metrics)
-            self.metrics_log.write(step, metrics)
+            self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
             self.completed_step = step
-            self.reporter.step_finished(step, metrics)
             if trainer.save_every and (step % trainer.save_every == 0 or step == total):
                 self.save(step)
         self.export()

@@ -9,9 +9,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.errors import Diverged
+from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
+from rlhfctl.trainer.loggers import build_loggers
 from rlhfctl.trainer.metrics import MetricsLog
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups
@@ -77,7 +79,8 @@ class TrainerBase:
         resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
         if resume_from is not None:
             self._load(resume_from)
-        self.metrics_log = MetricsLog(self.output_dir, resume_after_step=self.start_step if resume_from else None)
+        self.metrics_log = build_loggers(self.cfg, self.output_dir, self.reporter,
+                                         resume_after_step=self.start_step if resume_from else None)
         (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
 
     def _write_placement(self) -> None:
@@ -101,7 +104,8 @@ class TrainerBase:
             for group in self.trainable_groups():
                 group.save_checkpoint(str(directory))
 
-        path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
+        with safe_point_pending():  # a stop signal waits until the checkpoint is whole
+            path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
         self.saved_step = step
         self.reporter.message(f"saved checkpoint {path}")
         return path
@@ -136,5 +140,8 @@ class TrainerBase:
             self.reporter.message(f"the trace misses the last spans of a rank: {error}")
 
     def shutdown(self) -> None:
-        """Stop the worker processes."""
+        """Close the loggers and stop the worker processes."""
+        metrics_log = getattr(self, "metrics_log", None)
+        if metrics_log is not None:
+            metrics_log.close()
         self.groups.shutdown()

@@ -59,7 +59,7 @@ def test_plain_reporter_lines():
     assert lines[0] == "run started: output_dir=runs/x total_steps=2 roles=actor:2"
     assert "step 1/2  reward=0.25 kl=0.001 pg_loss=0.5 vf_loss=2 resp_len=12 step_s=3" in lines
     assert "error: something broke" in lines
-    assert lines[-1] == "run finished: steps=2 reward/last_mean=0.25"
+    assert lines[-3:] == ["run finished", "  steps: 2", "  reward/last_mean: 0.25"]
     assert not any("compute_rewards" in line for line in lines)
 
 

@@ -46,7 +46,7 @@ def test_train_runs_with_plain_reporter_off_a_terminal(runner, recipe_file, fake
     assert "grpo" in out and "16 prompts x n=4 = 64 samples/step" in out  # essentials
     assert "step 2/2  reward=1 pg_loss=-0.1 step_s=1.25" in out
     assert "generate_sequences" not in out.split("run started")[1]  # dispatch lines only with --verbose
-    assert "run finished: steps=2 reward/last_mean=1" in out
+    assert "run finished\n  steps: 2\n  reward/last_mean: 1\n" in out
 
 
 def test_train_verbose_logs_dispatches(runner, recipe_file, fake_trainer):

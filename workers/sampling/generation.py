@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from rlhfctl.protocol import DataProto
+from rlhfctl.single_controller import rank_progress
 from workers.sampling.decode_mask import decode_attention_mask
 from workers.sampling.fast_decode import fast_decoder
 from workers.forward import base_model, cache_from, lm_forward
@@ -173,6 +174,7 @@ def sample_responses(
             tokens.append(chosen)
             valid.append(~finished)
             finished = finished | torch.isin(chosen, eos)
+            rank_progress.report(step + 1, params.max_new_tokens, "tokens")  # throttled: a clock read per token
             if bool(finished.all()) or step == params.max_new_tokens - 1:
                 break
             if decoder is not None:
