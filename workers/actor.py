@@ -18,22 +18,12 @@ from workers.log_probs import position_ids_from_mask, response_log_probs, sequen
 from workers.lora import adapter_disabled, apply_lora, is_lora
 from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
-from workers.recipe import (
-    ACTOR_DEFAULTS,
-    kl_config,
-    model_config,
-    optim_config,
-    role_config,
-    rollout_config,
-    trainer_config,
-)
+from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
 from workers.seeding import derive_seed, make_generator
 from workers.trainable import TrainableRoleWorker
 from workers.training import (
     allreduce_mean,
-    build_optimizer,
-    build_scheduler,
     check_same_across_ranks,
     enable_activation_checkpointing,
     optimize_on_batch,
@@ -72,13 +62,7 @@ class ActorWorker(TrainableRoleWorker):
     def init_model(self) -> None:
         """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
         DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
-        from rlhfctl.models.loading import load_tokenizer
-
-        trust = bool(self.model_cfg["trust_remote_code"])
-        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
-        self.optimizer = build_optimizer(self.module, self.optim_cfg)
-        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+        self._init_trained_model()
         if self.rollout["engine"] == "vllm":
             self.rollout_engine = self._start_vllm_engine()
 

@@ -17,20 +17,11 @@ from workers.log_probs import position_ids_from_mask
 from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
 from workers.packing import packed_response_values
-from workers.recipe import (
-    CRITIC_DEFAULTS,
-    model_config,
-    optim_config,
-    role_config,
-    rollout_config,
-    trainer_config,
-)
+from workers.recipe import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
 from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
 from workers.training import (
     allreduce_mean,
-    build_optimizer,
-    build_scheduler,
     check_same_across_ranks,
     enable_activation_checkpointing,
     optimize_on_batch,
@@ -79,13 +70,7 @@ class CriticWorker(TrainableRoleWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Build tokenizer, value model (placed by ``roles.critic.strategy``), optimizer and LR scheduler."""
-        from rlhfctl.models.loading import load_tokenizer
-
-        trust = bool(self.model_cfg["trust_remote_code"])
-        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
-        self.optimizer = build_optimizer(self.module, self.optim_cfg)
-        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+        self._init_trained_model()
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
         from rlhfctl.models.loading import load_token_value_model

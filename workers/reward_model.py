@@ -24,11 +24,15 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
 from workers.packing import packed_sequence_scores
-from workers.recipe import model_config, optim_config, section, trainer_config
+from workers.recipe import model_config, optim_config, section
 from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import (allreduce_mean, build_optimizer, build_scheduler, check_same_across_ranks,
-                              enable_activation_checkpointing, optimize_on_batch)
+from workers.training import (
+    allreduce_mean,
+    check_same_across_ranks,
+    enable_activation_checkpointing,
+    optimize_on_batch,
+)
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 
@@ -80,13 +84,7 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Build tokenizer, sequence classifier (placed by ``roles.reward.strategy``), optimizer and LR scheduler."""
-        from rlhfctl.models.loading import load_tokenizer
-
-        trust = bool(self.model_cfg["trust_remote_code"])
-        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
-        self.optimizer = build_optimizer(self.module, self.optim_cfg)
-        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+        self._init_trained_model()
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
         from rlhfctl.models.loading import load_sequence_classifier

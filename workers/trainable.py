@@ -18,7 +18,7 @@ from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
 from workers.recipe import trainer_config
 from workers.role import RoleWorker
 from workers.seeding import gather_rng_states
-from workers.training import trainable_parameters
+from workers.training import build_optimizer, build_scheduler, trainable_parameters
 
 __all__ = ["TrainableRoleWorker"]
 
@@ -47,6 +47,16 @@ class TrainableRoleWorker(RoleWorker):
 
     def _write_hf(self, target: Path) -> Path:
         return save_hf_directory(self.module, self.tokenizer, target, self._export_dtype())
+
+    def _init_trained_model(self) -> None:
+        """Tokenizer, the model from ``_build_model`` placed by the role's strategy, optimizer and LR schedule."""
+        from rlhfctl.models.loading import load_tokenizer
+
+        trust = bool(self.model_cfg["trust_remote_code"])
+        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
+        self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
+        self.optimizer = build_optimizer(self.module, self.optim_cfg)
+        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> str:

@@ -1,18 +1,4 @@
 """Prompt data: read files, tokenize and bound prompts, batch them resumably."""
 
-from rlhfctl.data.batching import PromptBatcher
-from rlhfctl.data.errors import DataConfigError, DataFileError
-from rlhfctl.data.prompts import PromptBatch, PromptDataset, PromptRow, collate_prompts
-from rlhfctl.data.records import SUPPORTED_EXTENSIONS, load_records
-
-__all__ = [
-    "SUPPORTED_EXTENSIONS",
-    "DataConfigError",
-    "DataFileError",
-    "PromptBatch",
-    "PromptBatcher",
-    "PromptDataset",
-    "PromptRow",
-    "collate_prompts",
-    "load_records",
-]
+from rlhfctl.data.prompts import *  # noqa: F403 - rlhfctl.data.prompts gathers the names a trainer needs
+from rlhfctl.data.prompts import __all__  # noqa: F401

@@ -91,9 +91,10 @@ class WorkerHost:
         """Run ``role``'s registered ``method`` on this rank, recording its wall-clock span."""
         start = time.time()
         rank = self.rank_info.rank if self.rank_info is not None else 0
+        worker = self.workers[role]
         try:
             with rank_progress.calling(role, method, rank):  # what report() inside the method is about
-                return getattr(self.workers[role], method)(*args, **kwargs)
+                return getattr(worker, method)(*args, **kwargs)
         finally:
             self.spans.append((role, method, start, time.time()))
             # Phases a worker times inside a call (the vllm engine's wake / sync / generate / sleep).
