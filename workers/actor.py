@@ -22,12 +22,7 @@ from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
 from workers.seeding import derive_seed, make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import (
-    allreduce_mean,
-    check_same_across_ranks,
-    enable_activation_checkpointing,
-    optimize_on_batch,
-)
+from workers.training import allreduce_mean, check_same_across_ranks, enable_activation_checkpointing
 
 __all__ = ["ActorWorker"]
 
@@ -151,14 +146,7 @@ class ActorWorker(TrainableRoleWorker):
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
         self.module.eval()
         with serving(self.module, self.engine):
-            log_probs, entropy = response_log_probs(
-                self.module,
-                data.batch,
-                device=self.device,
-                micro_batch_size=self.config["micro_batch_size"],
-                temperature=self._temperature(data),
-                padding_free=self.padding_free(self.module),
-            )
+            log_probs, entropy = self._response_log_probs(data, with_entropy=True)
         return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -173,16 +161,20 @@ class ActorWorker(TrainableRoleWorker):
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
         self.module.eval()
         with serving(self.module, self.engine), adapter_disabled(self.module):
-            log_probs, _ = response_log_probs(
-                self.module,
-                data.batch,
-                device=self.device,
-                micro_batch_size=self.config["micro_batch_size"],
-                temperature=self._temperature(data),
-                with_entropy=False,
-                padding_free=self.padding_free(self.module),
-            )
+            log_probs, _ = self._response_log_probs(data, with_entropy=False)
         return DataProto.from_dict({"ref_log_prob": log_probs})
+
+    def _response_log_probs(self, data: DataProto, *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropies) of ``data``'s responses under the module as it is, micro-batched."""
+        return response_log_probs(
+            self.module,
+            data.batch,
+            device=self.device,
+            micro_batch_size=self.config["micro_batch_size"],
+            temperature=self._temperature(data),
+            with_entropy=with_entropy,
+            padding_free=self.padding_free(self.module),
+        )
 
     def _temperature(self, data: DataProto) -> float:
         value = data.meta_info.get("temperature", self.rollout["temperature"])
@@ -230,25 +222,11 @@ class ActorWorker(TrainableRoleWorker):
             padding_free=self.padding_free(self.module),
         )
         observer = StateObserver(self.module, self.optimizer)
-        metrics = optimize_on_batch(
-            batch,
-            model=self.model,
-            optimizer=self.optimizer,
-            loss_fn=loss_fn,
-            device=self.device,
-            epochs=epochs,
-            mini_batch_rows=mini_rows,
-            micro_batch_rows=self.config["micro_batch_size"],
-            grad_clip=self.optim_cfg["grad_clip"],
-            generator=make_generator("cpu", self.seed, self.rank, "update", self.update_calls),
-            micro_batch_tokens=self.micro_batch_tokens(),
-            row_tokens=batch["attention_mask"].sum(-1),
-            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])),
-            budget_key=f"roles.{self.role}.micro_batch_tokens",
-            after_step=observer,
+        metrics = self._optimize(
+            batch, loss_fn, stream="update", epochs=epochs, mini_batch_rows=mini_rows,
+            micro_batch_rows=self.config["micro_batch_size"], row_tokens=batch["attention_mask"].sum(-1),
+            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])), after_step=observer,
         )
-        self.scheduler.step()
-        self.update_calls += 1
         named = {f"actor/{key}": value for key, value in metrics.items()}
         if "actor/logprob_diff" in named:
             named["rollout/logprob_diff"] = named.pop("actor/logprob_diff")

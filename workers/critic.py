@@ -18,14 +18,8 @@ from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
 from workers.packing import packed_response_values
 from workers.recipe import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
-from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import (
-    allreduce_mean,
-    check_same_across_ranks,
-    enable_activation_checkpointing,
-    optimize_on_batch,
-)
+from workers.training import allreduce_mean, check_same_across_ranks, enable_activation_checkpointing
 
 __all__ = ["CriticWorker", "response_values"]
 
@@ -117,25 +111,13 @@ class CriticWorker(TrainableRoleWorker):
         self.model.train()
         padding_free = self.padding_free(self.module)
         observer = StateObserver(self.module, self.optimizer)
-        metrics = optimize_on_batch(
-            batch,
-            model=self.model,
-            optimizer=self.optimizer,
-            loss_fn=lambda micro: self._value_loss(micro, padding_free),
-            device=self.device,
+        metrics = self._optimize(
+            batch, lambda micro: self._value_loss(micro, padding_free), stream="critic-update",
             epochs=max(1, int(self.config["ppo_epochs"] or 1)),
             mini_batch_rows=samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, rows),
-            micro_batch_rows=self.config["micro_batch_size"],
-            grad_clip=self.optim_cfg["grad_clip"],
-            generator=make_generator("cpu", self.seed, self.rank, "critic-update", self.update_calls),
-            micro_batch_tokens=self.micro_batch_tokens(),
-            row_tokens=batch["attention_mask"].sum(-1),
-            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])),
-            budget_key=f"roles.{self.role}.micro_batch_tokens",
-            after_step=observer,
+            micro_batch_rows=self.config["micro_batch_size"], row_tokens=batch["attention_mask"].sum(-1),
+            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])), after_step=observer,
         )
-        self.scheduler.step()
-        self.update_calls += 1
         named = {f"critic/{key}": value for key, value in metrics.items()}
         named["critic/lr"] = lr
         return {**allreduce_mean(named, self.device), **observer.metrics(self.role, self.device)}

@@ -26,8 +26,7 @@ from workers.actor import ActorWorker
 from workers.log_probs import sequence_log_probs
 from workers.recipe import section
 from workers.engine import serving
-from workers.seeding import make_generator
-from workers.training import allreduce_mean, check_same_across_ranks, optimize_on_batch
+from workers.training import allreduce_mean, check_same_across_ranks
 
 __all__ = ["DPOWorker", "POLICY_PAIR_KEYS", "response_logps"]
 
@@ -73,23 +72,11 @@ class DPOWorker(ActorWorker):
                                      micro["rejected_ref_logp"].float(), self.beta)
             return loss, {"loss": loss.detach(), **metrics}
 
-        metrics = optimize_on_batch(
-            {key: batch.batch[key] for key in POLICY_PAIR_KEYS + _REF_KEYS},
-            model=self.model,
-            optimizer=self.optimizer,
-            loss_fn=loss_fn,
-            device=self.device,
-            epochs=1,
-            mini_batch_rows=rows,
+        metrics = self._optimize(
+            {key: batch.batch[key] for key in POLICY_PAIR_KEYS + _REF_KEYS}, loss_fn, stream="dpo",
             micro_batch_rows=self.config["micro_batch_size"],
-            grad_clip=self.optim_cfg["grad_clip"],
-            generator=make_generator("cpu", self.seed, self.rank, "dpo", self.update_calls),
-            micro_batch_tokens=self.micro_batch_tokens(),
             row_tokens=batch.batch["chosen_attention_mask"].sum(-1) + batch.batch["rejected_attention_mask"].sum(-1),
-            budget_key=f"roles.{self.role}.micro_batch_tokens",
         )
-        self.scheduler.step()
-        self.update_calls += 1
         return {**allreduce_mean(metrics, self.device), "lr": lr}
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)

@@ -25,14 +25,8 @@ from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
 from workers.packing import packed_sequence_scores
 from workers.recipe import model_config, optim_config, section
-from workers.seeding import make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import (
-    allreduce_mean,
-    check_same_across_ranks,
-    enable_activation_checkpointing,
-    optimize_on_batch,
-)
+from workers.training import allreduce_mean, check_same_across_ranks, enable_activation_checkpointing
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 
@@ -114,23 +108,10 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         lr = float(self.scheduler.get_last_lr()[0])
         padding_free = self.padding_free(self.module)
         self.model.train()
-        metrics = optimize_on_batch(
-            {key: batch.batch[key] for key in PAIR_KEYS},
-            model=self.model,
-            optimizer=self.optimizer,
-            loss_fn=lambda micro: self._loss(micro, padding_free),
-            device=self.device,
-            epochs=1,
-            mini_batch_rows=rows,
-            micro_batch_rows=None,
-            grad_clip=self.optim_cfg["grad_clip"],
-            generator=make_generator("cpu", self.seed, self.rank, "reward-model", self.update_calls),
-            micro_batch_tokens=self.micro_batch_tokens(),
+        metrics = self._optimize(
+            {key: batch.batch[key] for key in PAIR_KEYS}, lambda micro: self._loss(micro, padding_free), stream="reward-model",
             row_tokens=batch.batch["chosen_attention_mask"].sum(-1) + batch.batch["rejected_attention_mask"].sum(-1),
-            budget_key=f"roles.{self.role}.micro_batch_tokens",
         )
-        self.scheduler.step()
-        self.update_calls += 1
         return {**allreduce_mean(metrics, self.device), "lr": lr}
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)

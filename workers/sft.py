@@ -30,8 +30,7 @@ from workers.actor import ActorWorker
 from workers.forward import lm_forward
 from workers.engine import serving
 from workers.packing import packed_token_nll
-from workers.seeding import make_generator
-from workers.training import allreduce_mean, check_same_across_ranks, distributed, optimize_on_batch
+from workers.training import allreduce_mean, check_same_across_ranks, distributed
 
 __all__ = ["SFT_KEYS", "SFTWorker", "token_nll"]
 
@@ -93,24 +92,10 @@ class SFTWorker(ActorWorker):
             loss = (nll * weight).sum() / weight.sum().clamp_min(1.0) * scale
             return loss, {"loss": loss.detach()}
 
-        metrics = optimize_on_batch(
-            {key: batch.batch[key] for key in SFT_KEYS},
-            model=self.model,
-            optimizer=self.optimizer,
-            loss_fn=loss_fn,
-            device=self.device,
-            epochs=1,
-            mini_batch_rows=rows,
-            micro_batch_rows=self.config["micro_batch_size"],
-            grad_clip=self.optim_cfg["grad_clip"],
-            generator=make_generator("cpu", self.seed, self.rank, "sft", self.update_calls),
-            micro_batch_tokens=self.micro_batch_tokens(),
-            row_tokens=batch.batch["attention_mask"].sum(-1),
-            loss_tokens=mask.sum(-1),
-            budget_key=f"roles.{self.role}.micro_batch_tokens",
+        metrics = self._optimize(
+            {key: batch.batch[key] for key in SFT_KEYS}, loss_fn, stream="sft", micro_batch_rows=self.config["micro_batch_size"],
+            row_tokens=batch.batch["attention_mask"].sum(-1), loss_tokens=mask.sum(-1),
         )
-        self.scheduler.step()
-        self.update_calls += 1
         averaged = allreduce_mean({"loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}, self.device)
         return {**averaged, "tokens": local_tokens, "lr": lr}
 

@@ -4,6 +4,7 @@ by the trained roles (actor, critic, reward model)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ from workers.checkpointing import load_role_state, role_directory, save_hf_direc
 from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
 from workers.recipe import trainer_config
 from workers.role import RoleWorker
-from workers.seeding import gather_rng_states
-from workers.training import build_optimizer, build_scheduler, trainable_parameters
+from workers.seeding import gather_rng_states, make_generator
+from workers.training import LossFn, build_optimizer, build_scheduler, optimize_on_batch, trainable_parameters
 
 __all__ = ["TrainableRoleWorker"]
 
@@ -57,6 +58,44 @@ class TrainableRoleWorker(RoleWorker):
         self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    def _optimize(
+        self,
+        batch: Mapping[str, torch.Tensor],
+        loss_fn: LossFn,
+        *,
+        stream: str,
+        row_tokens: torch.Tensor,
+        loss_tokens: torch.Tensor | None = None,
+        epochs: int = 1,
+        mini_batch_rows: int | None = None,
+        micro_batch_rows: int | None = None,
+        after_step: Callable[[], None] | None = None,
+    ) -> dict[str, float]:
+        """One update call: :func:`workers.training.optimize_on_batch` with this role's model, optimizer,
+        clipping and token budget, shuffled by the ``(seed, rank, stream, update call)`` stream; then the LR
+        schedule steps and the update counter moves on. ``mini_batch_rows`` defaults to the whole batch."""
+        rows = next(iter(batch.values())).shape[0]
+        metrics = optimize_on_batch(
+            batch,
+            model=self.model,
+            optimizer=self.optimizer,
+            loss_fn=loss_fn,
+            device=self.device,
+            epochs=epochs,
+            mini_batch_rows=mini_batch_rows or rows,
+            micro_batch_rows=micro_batch_rows,
+            grad_clip=self.optim_cfg["grad_clip"],
+            generator=make_generator("cpu", self.seed, self.rank, stream, self.update_calls),
+            micro_batch_tokens=self.micro_batch_tokens(),
+            row_tokens=row_tokens,
+            loss_tokens=loss_tokens,
+            budget_key=f"roles.{self.role}.micro_batch_tokens",
+            after_step=after_step,
+        )
+        self.scheduler.step()
+        self.update_calls += 1
+        return metrics
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, directory: str) -> str:

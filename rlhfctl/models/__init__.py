@@ -1,29 +1,7 @@
 """Tokenizers and models built from a recipe's ``model`` section (hub/local path or inline config)."""
 
-from rlhfctl.models.loading import (
-    CausalLMWithValueHead,
-    ModelConfigError,
-    build_config,
-    load_causal_lm,
-    load_sequence_classifier,
-    load_token_value_model,
-    load_tokenizer,
-    resolve_dtype,
-    save_hf_model,
-    token_values,
-)
+from rlhfctl.models import loading
+from rlhfctl.models.loading import *  # noqa: F403 - the package exports what the loading module declares
 from rlhfctl.models.tokenizer import CharTokenizer
 
-__all__ = [
-    "CausalLMWithValueHead",
-    "CharTokenizer",
-    "ModelConfigError",
-    "build_config",
-    "load_causal_lm",
-    "load_sequence_classifier",
-    "load_token_value_model",
-    "load_tokenizer",
-    "resolve_dtype",
-    "save_hf_model",
-    "token_values",
-]
+__all__ = [*loading.__all__, "CharTokenizer"]

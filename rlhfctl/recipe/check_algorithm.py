@@ -8,9 +8,9 @@ import importlib
 import inspect
 from typing import Any
 
-from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, check_resume, check_strategies
+from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, check_resume, check_strategies, unregistered_methods
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
-from rlhfctl.recipe.importing import ensure_cwd_importable, import_class
+from rlhfctl.recipe.importing import ensure_cwd_importable
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.roles import reference_source, uses_kl
 from rlhfctl.recipe.stages import STAGES, only_roles, stage_roles
@@ -128,18 +128,14 @@ def _trained_role(cfg: Any, role: str, name: str) -> list[Issue]:
 
 
 def _workers(cfg: Any, roles: dict[str, tuple[str, ...]], trained: str, default: str, name: str) -> list[Issue]:
-    from rlhfctl.single_controller.decorator import registered_methods
-
     issues = []
     for role, needed in roles.items():
         key = f"roles.{role}.worker"
         try:
-            cls = import_class(str(cfg.roles[role].worker), key)
+            cls, missing = unregistered_methods(cfg, role, needed)
         except RecipeError as failure:
             issues.append(error(key, str(failure)))
             continue
-        registered = registered_methods(cls)
-        missing = [method for method in needed if method not in registered]
         if missing:
             hint = f"; use roles.{role}.worker: {default}" if role == trained else ""
             issues.append(error(key, (

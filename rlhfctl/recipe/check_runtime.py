@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "check_workers",
     "listed_loggers",
     "longest_row",
+    "unregistered_methods",
     "worker_classes",
 ]
 
@@ -162,6 +164,15 @@ def worker_classes(cfg: Any) -> dict[str, type]:
     return {role: import_class(str(cfg.roles[role].worker), f"roles.{role}.worker") for role in present_roles(cfg)}
 
 
+def unregistered_methods(cfg: Any, role: str, needed: Iterable[str]) -> tuple[type, list[str]]:
+    """The role's worker class and which of ``needed`` it does not register; RecipeError when it does not import."""
+    from rlhfctl.single_controller.decorator import registered_methods
+
+    cls = import_class(str(cfg.roles[role].worker), f"roles.{role}.worker")
+    registered = registered_methods(cls)
+    return cls, [name for name in needed if name not in registered]
+
+
 def check_workers(cfg: Any) -> list[Issue]:
     """Errors for worker classes that do not import or lack registered methods."""
     from rlhfctl.single_controller.decorator import registered_methods
@@ -170,14 +181,13 @@ def check_workers(cfg: Any) -> list[Issue]:
     for role in present_roles(cfg):
         key = f"roles.{role}.worker"
         try:
-            cls = import_class(str(cfg.roles[role].worker), key)
+            cls, missing = unregistered_methods(cfg, role, required_methods(cfg, role))
         except RecipeError as failure:
             issues.append(error(key, str(failure)))
             continue
-        registered = registered_methods(cls)
-        missing = [name for name in required_methods(cfg, role) if name not in registered]
         if not missing:
             continue
+        registered = registered_methods(cls)
         plain = [name for name in missing if callable(getattr(cls, name, None))]
         why = f" ({', '.join(plain)} defined but not decorated with @register)" if plain else ""
         need = "as the reference (LoRA actor, no reference role)" if "compute_ref_log_prob" in missing and role == "actor" else f"as the {role}"
