@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlhfctl.recipe.validate import ValidationReport
-from rlhfctl.recipe.roles import reference_source
+from rlhfctl.recipe.resolve import reference_source
 from rlhfctl.recipe.stages import STAGES, is_stage
 
 __all__ = ["render_essentials", "stage_rows"]

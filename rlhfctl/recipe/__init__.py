@@ -17,7 +17,8 @@ from typing import Any
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.load import load_recipe, recipe_from_dict
 from rlhfctl.recipe.pools import PoolInfo, resolve_pools
-from rlhfctl.recipe.roles import ROLE_METHODS, ROLE_NAMES, present_roles, reference_source
+from rlhfctl.recipe.resolve import ROLE_METHODS, present_roles, reference_source
+from rlhfctl.recipe.schema import ROLE_NAMES
 from rlhfctl.recipe.schema import Recipe
 
 __all__ = [

@@ -12,7 +12,7 @@ from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, c
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import ensure_cwd_importable
 from rlhfctl.recipe.pools import PoolInfo
-from rlhfctl.recipe.roles import reference_source, uses_kl
+from rlhfctl.recipe.resolve import reference_source, uses_kl
 from rlhfctl.recipe.stages import STAGES, only_roles, stage_roles
 
 __all__ = ["check_algorithm", "check_stage"]

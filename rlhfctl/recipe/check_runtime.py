@@ -15,7 +15,7 @@ from rlhfctl.models.loading import looks_local as _looks_local
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
-from rlhfctl.recipe.roles import present_roles, required_methods
+from rlhfctl.recipe.resolve import present_roles, required_methods
 
 __all__ = [
     "LOGGER_EXTRAS",

@@ -13,7 +13,7 @@ from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
 from rlhfctl.recipe.check_runtime import worker_classes
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of, resolve_pools
-from rlhfctl.recipe.roles import present_roles, required_methods
+from rlhfctl.recipe.resolve import present_roles, required_methods
 
 __all__ = ["FORMAT_VERSION", "build_dispatch_plan", "summarize_rows"]
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
-from rlhfctl.recipe.roles import present_roles
+from rlhfctl.recipe.resolve import present_roles
 
 __all__ = ["DRIVER_POOL", "PoolInfo", "pool_of", "resolve_pools"]
 

@@ -24,6 +24,7 @@ from typing import Any
 from rlhfctl.recipe.schema import ROLE_NAMES
 
 __all__ = [
+    "ROLE_METHODS",
     "STRATEGIES",
     "TRAINER_FALLBACKS",
     "EffectiveRecipe",
@@ -31,11 +32,13 @@ __all__ = [
     "needs_old_log_probs",
     "present_roles",
     "reference_source",
+    "required_methods",
     "resolve",
     "resolve_strategy",
     "role_setting",
     "role_update",
     "samples_per_rank",
+    "uses_kl",
     "warmup_steps",
 ]
 
@@ -184,3 +187,26 @@ def resolve(cfg: Any) -> EffectiveRecipe:
         # Roles on separate pools update at once; colocated ones share a process and run in turn.
         parallel_updates=len(set(pools.values())) == len(updating) == 2,
     )
+
+
+#: Registered methods the trainer calls on each role's worker group.
+ROLE_METHODS: dict[str, tuple[str, ...]] = {
+    "actor": ("init_model", "generate_sequences", "compute_log_prob", "update_actor"),
+    "reference": ("compute_ref_log_prob",),
+    "critic": ("init_model", "compute_values", "update_critic"),
+    "reward": ("compute_rewards",),
+}
+
+
+def uses_kl(cfg: Any) -> bool:
+    """True when the KL to the reference enters the reward or the loss."""
+    kl = cfg.algorithm.kl
+    return bool(kl.use_in_reward or kl.use_kl_loss)
+
+
+def required_methods(cfg: Any, role: str) -> tuple[str, ...]:
+    """Registered methods ``role``'s worker class needs for this recipe (the actor also serves as reference with LoRA)."""
+    methods = ROLE_METHODS[role]
+    if role == "actor" and reference_source(cfg) == "actor":
+        methods = (*methods, "compute_ref_log_prob")
+    return methods

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhfctl.recipe.errors import RecipeError
-from rlhfctl.recipe.roles import reference_source
+from rlhfctl.recipe.resolve import reference_source
 from rlhfctl.recipe.schema import ROLE_NAMES
 
 __all__ = ["MODEL_DIR", "STAGES", "StageAlgorithm", "check_ppo_family", "is_stage", "only_roles", "stage_roles"]

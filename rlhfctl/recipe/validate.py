@@ -25,7 +25,7 @@ from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.preflight import preflight
-from rlhfctl.recipe.roles import present_roles
+from rlhfctl.recipe.resolve import present_roles
 from rlhfctl.recipe.stages import is_stage, stage_roles
 
 __all__ = ["ValidationReport", "validate_recipe"]
