@@ -128,13 +128,23 @@ def _gather_bucket(bucket: list[tuple[str, Any]]) -> Iterator[tuple[str, torch.T
     yield from tensors
 
 
+def _model_class(model: nn.Module) -> type:
+    """The transformers class of ``model``: under FSDP2 its type is a generated ``FSDP<Class>`` subclass."""
+    from torch.distributed.fsdp import FSDPModule
+
+    cls = type(model)
+    if issubclass(cls, FSDPModule):
+        cls = next(base for base in cls.__bases__ if base is not FSDPModule)
+    return cls
+
+
 def _engine_config_dir(module: nn.Module) -> str:
     """A directory with the model's config only: vLLM builds the layers from it; the weights come in memory."""
     model = _unwrapped(module)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     directory = tempfile.mkdtemp(prefix="rlhfctl-vllm-")
     config = base.config.to_dict()
-    config["architectures"] = [type(base).__name__]
+    config["architectures"] = [_model_class(base).__name__]
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle)
     return directory
