@@ -21,6 +21,7 @@ tensors every step (``workers.memory``).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -158,13 +159,18 @@ def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.
     """The role's model with meta tensors: the same loaders the workers use, on inline config fields."""
     from rlhfctl.models import loading
 
-    tokenizer = loading.load_tokenizer(model_cfg, trust_remote_code=bool(model_cfg.get("trust_remote_code")))
     inline = dict(model_cfg)
-    if inline.get("path"):
+    if inline.get("path"):  # the config only, from a local directory or the HF cache: validate never downloads
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(str(inline["path"]), trust_remote_code=bool(inline.get("trust_remote_code")))
-        inline = {**inline, "path": None, "config": config.to_dict()}
+        try:
+            config = AutoConfig.from_pretrained(os.path.expanduser(str(inline["path"])), local_files_only=True,
+                                                trust_remote_code=bool(inline.get("trust_remote_code")))
+        except OSError:
+            raise LookupError(f"{inline['path']} is neither a local directory nor in the Hugging Face cache, "
+                              "and the plan reads only local configs") from None
+        inline = {**inline, "path": None, "tokenizer_path": None, "config": config.to_dict()}
+    tokenizer = loading.load_tokenizer(inline, trust_remote_code=bool(inline.get("trust_remote_code")))
     build = {"causal": loading.load_causal_lm, "value": loading.load_token_value_model,
              "classifier": loading.load_sequence_classifier}[kind]
     with torch.device("meta"):
