@@ -111,3 +111,16 @@ def test_the_plan_is_within_5_percent_of_the_measured_state_under_ddp_with_token
     finally:
         group.shutdown()
     assert metrics[0]["memory/actor/state_gib"] == pytest.approx(planned(recipe, 2, "actor"), rel=0.05)
+
+
+def test_a_hub_model_that_is_not_cached_is_skipped_without_a_download(tmp_path, monkeypatch):
+    """The plan reads configs from local directories or the HF cache only; a hub id it cannot see is skipped."""
+    import time
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    recipe = tiny_recipe(roles={"actor": {"model": {"path": "some-org/not-downloaded"}}})
+    started = time.perf_counter()
+    plan = plan_memory(recipe, pools(1, "actor"))
+    assert time.perf_counter() - started < 20
+    assert "actor" in plan.skipped and "neither a local directory nor in the Hugging Face cache" in plan.skipped["actor"]
+    assert [role.role for role in plan.roles] == []
