@@ -336,7 +336,8 @@ def _known_config_keys(config_class: type[PretrainedConfig]) -> set[str]:
     known = {name for cls in config_class.__mro__ if "__init__" in vars(cls)
              for name in inspect.signature(cls.__init__).parameters}
     with contextlib.suppress(Exception):  # composite configs (encoder-decoder) need arguments to build
-        known |= {name for name in vars(config_class()) if not name.startswith("_")}
+        default = config_class()  # what it stores and what it writes: a saved config.json is a valid inline config
+        known |= set(vars(default)) | set(default.to_dict())
     known |= set(getattr(config_class, "attribute_map", {}) or {})
     return known | _modeling_reads(config_class.model_type)
 

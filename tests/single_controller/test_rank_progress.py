@@ -140,7 +140,12 @@ def test_a_training_run_reports_tokens_micro_batches_and_rows_per_rank(ray_sessi
                                     "roles.reward.batch_size=4"])
     recorder = Recorder()
     run_training(cfg, recorder)
-    seen = {(p.role, p.method): p for _, reports in recorder.polls for p in reports}
+    seen: dict = {}  # per call, the furthest report seen (a later call's first reports may be the last polled)
+    for _, reports in recorder.polls:
+        for p in reports:
+            key = (p.role, p.method)
+            if key not in seen or (p.done, p.finished) >= (seen[key].done, seen[key].finished):
+                seen[key] = p
     generate = seen[("actor", "generate_sequences")]
     assert generate.unit == "tokens" and generate.total == 16
     update = seen[("actor", "update_actor")]
