@@ -225,7 +225,12 @@ def packed_token_nll(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> tup
 
 def packed_sequence_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Sequence-classifier scores (B,) from one packed row, read at the token transformers reads
-    (the last one that is not the pad token)."""
+    (the last one that is not the pad token). An FSDP2-sharded model runs padded through its root forward,
+    which gathers the root's own shards (embeddings, score head): the packed path calls the backbone directly."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
     inner = base_model(model)
     pad = inner.config.pad_token_id
     columns = torch.arange(input_ids.shape[1], device=input_ids.device)
