@@ -263,7 +263,13 @@ class ProgressWatcher:
             self.observer(reports)
 
     def stop(self) -> None:
-        """Stop polling (waits for the current poll)."""
+        """Stop polling (waits for the current poll), then poll once more: the last calls' finished reports,
+        sent as those calls returned, are shown even when the run ended between two polls."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        try:
+            reports = self.snapshot()
+        except Exception:  # noqa: BLE001 - the board is gone (shutdown): nothing more to show
+            return
+        self.observer(reports)

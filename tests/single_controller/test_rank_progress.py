@@ -139,10 +139,22 @@ def test_a_training_run_reports_tokens_micro_batches_and_rows_per_rank(ray_sessi
                                     "trainer.mini_batch_size=2", "rollout.max_new_tokens=16", "data.num_train=8",
                                     "roles.reward.batch_size=4"])
     recorder = Recorder()
+    started = time.time()
     run_training(cfg, recorder)
+    # The ranks' reports are fire-and-forget messages to the session's board: a short run can end while its
+    # last ones are in flight, so the board is read again (bounded) until both roles' finished reports are in.
+    snapshot, _ = rank_progress.start_board("ray")
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        board = [p for p in snapshot() if p.started >= started and p.finished]
+        if {(p.role, p.method) for p in board} >= {("actor", "generate_sequences"), ("reward", "compute_rewards")}:
+            break
+        time.sleep(0.2)
     seen: dict = {}  # per call, the furthest report seen (a later call's first reports may be the last polled)
-    for _, reports in recorder.polls:
+    for _, reports in recorder.polls + [(time.time(), board)]:
         for p in reports:
+            if p.started < started:  # the shared session's board still holds earlier tests' runs
+                continue
             key = (p.role, p.method)
             if key not in seen or (p.done, p.finished) >= (seen[key].done, seen[key].finished):
                 seen[key] = p
