@@ -22,7 +22,7 @@ from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
 from workers.seeding import derive_seed, make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.training import allreduce_mean, check_same_across_ranks, enable_activation_checkpointing
+from workers.training import allreduce_mean
 
 __all__ = ["ActorWorker"]
 
@@ -64,10 +64,7 @@ class ActorWorker(TrainableRoleWorker):
     def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
         from rlhfctl.models.loading import load_causal_lm
 
-        trust = bool(model_cfg["trust_remote_code"])
-        model = load_causal_lm(model_cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed)
-        if model_cfg["gradient_checkpointing"]:
-            enable_activation_checkpointing(model)
+        model = self._load_trained(load_causal_lm, model_cfg)
         lora = self.config.get("lora")
         if lora is not None and lora is not False:  # `lora: {}` or `lora: true` means the defaults
             model = apply_lora(model, {} if lora is True else lora, seed=self.seed)
@@ -193,13 +190,11 @@ class ActorWorker(TrainableRoleWorker):
         is exact only when every sample is used once, before any optimizer step (``ppo_epochs == 1``
         and a single mini-batch); any other setting raises instead of silently biasing the update.
         """
-        self._require_model()
-        self._require_keys(data, _UPDATE_KEYS, "update_actor")
+        lr = self._start_update(data, _UPDATE_KEYS, "update_actor")
         batch = {key: data.batch[key] for key in _UPDATE_KEYS + _OPTIONAL_KEYS if key in data.batch}
         if "position_ids" not in batch:
             batch["position_ids"] = position_ids_from_mask(batch["attention_mask"])
         rows = len(data)
-        check_same_across_ranks(rows, "the number of rows in update_actor", self.device)
         epochs = max(1, int(self.config["ppo_epochs"] or 1))
         mini_rows = samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, rows)
         on_policy = "old_log_probs" not in batch
@@ -212,8 +207,6 @@ class ActorWorker(TrainableRoleWorker):
         use_kl = bool(self.kl["use_kl_loss"])
         if use_kl and "ref_log_prob" not in batch:
             raise KeyError("algorithm.kl.use_kl_loss is on, so update_actor needs tensor 'ref_log_prob'")
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.model.train()
         loss_fn = functools.partial(
             self._policy_loss,
             on_policy=on_policy,

@@ -19,7 +19,7 @@ from workers.micro_batches import loss_token_counts
 from workers.packing import packed_response_values
 from workers.recipe import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
 from workers.trainable import TrainableRoleWorker
-from workers.training import allreduce_mean, check_same_across_ranks, enable_activation_checkpointing
+from workers.training import allreduce_mean
 
 __all__ = ["CriticWorker", "response_values"]
 
@@ -69,11 +69,7 @@ class CriticWorker(TrainableRoleWorker):
     def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
         from rlhfctl.models.loading import load_token_value_model
 
-        trust = bool(model_cfg["trust_remote_code"])
-        model = load_token_value_model(model_cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed)
-        if model_cfg["gradient_checkpointing"]:
-            enable_activation_checkpointing(model)
-        return model
+        return self._load_trained(load_token_value_model, model_cfg)
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -100,21 +96,16 @@ class CriticWorker(TrainableRoleWorker):
         """Clipped value-loss epochs over mini-batches; returns rank-averaged ``critic/vf_loss``,
         ``critic/vf_clipfrac``, ``critic/vpred_mean``, ``critic/grad_norm``, ``critic/lr``, and the largest
         rank's ``memory/critic/state_gib`` (``max_allocated_gib`` too on CUDA)."""
-        self._require_model()
-        self._require_keys(data, _UPDATE_KEYS, "update_critic")
+        lr = self._start_update(data, _UPDATE_KEYS, "update_critic")
         batch = {key: data.batch[key] for key in _UPDATE_KEYS + ("position_ids",) if key in data.batch}
         if "position_ids" not in batch:
             batch["position_ids"] = position_ids_from_mask(batch["attention_mask"])
-        rows = len(data)
-        check_same_across_ranks(rows, "the number of rows in update_critic", self.device)
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.model.train()
         padding_free = self.padding_free(self.module)
         observer = StateObserver(self.module, self.optimizer)
         metrics = self._optimize(
             batch, lambda micro: self._value_loss(micro, padding_free), stream="critic-update",
             epochs=max(1, int(self.config["ppo_epochs"] or 1)),
-            mini_batch_rows=samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, rows),
+            mini_batch_rows=samples_per_rank(self.config["mini_batch_size"], self.rollout["n"], self.world_size, len(data)),
             micro_batch_rows=self.config["micro_batch_size"], row_tokens=batch["attention_mask"].sum(-1),
             loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])), after_step=observer,
         )

@@ -26,7 +26,7 @@ from workers.actor import ActorWorker
 from workers.log_probs import sequence_log_probs
 from workers.recipe import section
 from workers.engine import serving
-from workers.training import allreduce_mean, check_same_across_ranks
+from workers.training import allreduce_mean
 
 __all__ = ["DPOWorker", "POLICY_PAIR_KEYS", "response_logps"]
 
@@ -58,13 +58,8 @@ class DPOWorker(ActorWorker):
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def train_dpo(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step on the pairs; returns rank-averaged ``loss``, ``rewards/*``, ``grad_norm``, ``lr``."""
-        self._require_model()
-        self._require_keys(batch, POLICY_PAIR_KEYS + _REF_KEYS, "train_dpo")
-        rows = len(batch)
-        check_same_across_ranks(rows, "the number of pairs in train_dpo", self.device)
-        lr = float(self.scheduler.get_last_lr()[0])
+        lr = self._start_update(batch, POLICY_PAIR_KEYS + _REF_KEYS, "train_dpo", unit="pairs")
         padding_free = self.padding_free(self.module)
-        self.model.train()
 
         def loss_fn(micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             chosen, rejected = response_logps(self.model, micro, padding_free)

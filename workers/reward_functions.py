@@ -10,19 +10,18 @@ a return value that breaks the contract (wrong length, non-numbers, NaN/inf) is 
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
 import inspect
 import math
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from rlhfctl.errors import UserError
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.recipe.importing import import_python_file
 from rlhfctl.single_controller import rank_progress
 
 __all__ = [
@@ -55,24 +54,13 @@ def _import_file(path_text: str, spec_text: str) -> ModuleType:
             f"reward function file {path_text!r} (from {spec_text!r}) not found; relative paths are resolved "
             f"from the current directory {os.getcwd()!r}"
         )
-    digest = hashlib.sha1(path.encode()).hexdigest()[:12]
-    name = f"rlhfctl_user_reward_{os.path.splitext(os.path.basename(path))[0]}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise RewardFunctionError(f"cannot load {path_text!r} as a Python module (from {spec_text!r})")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        return import_python_file(Path(path), prefix="rlhfctl_user_reward")
     except Exception as error:
-        del sys.modules[name]
         raise RewardFunctionError(
             f"importing reward function file {path_text!r} (from {spec_text!r}) failed: "
             f"{type(error).__name__}: {error}"
         ) from error
-    return module
 
 
 def _import_module(module_name: str, spec_text: str) -> ModuleType:

@@ -26,7 +26,7 @@ from workers.engine import serving
 from workers.packing import packed_sequence_scores
 from workers.recipe import model_config, optim_config, section
 from workers.trainable import TrainableRoleWorker
-from workers.training import allreduce_mean, check_same_across_ranks, enable_activation_checkpointing
+from workers.training import allreduce_mean
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 
@@ -83,14 +83,8 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
     def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
         from rlhfctl.models.loading import load_sequence_classifier
 
-        trust = bool(model_cfg["trust_remote_code"])
         with _quiet_transformers():  # from a causal LM the score head is new and lm_head unused, as intended
-            model = load_sequence_classifier(
-                model_cfg, self.tokenizer, dtype=self.engine.storage_dtype, trust_remote_code=trust, seed=self.seed
-            )
-        if model_cfg["gradient_checkpointing"]:
-            enable_activation_checkpointing(model)
-        return model
+            return self._load_trained(load_sequence_classifier, model_cfg)
 
     def _loss(self, micro: dict[str, torch.Tensor], padding_free: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         chosen, rejected = pair_scores(self.model, micro, padding_free)
@@ -101,13 +95,8 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
     def train_reward_model(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step on the pairs; returns rank-averaged ``loss``, ``accuracy`` (chosen scored
         higher), ``margin`` (mean r_chosen - r_rejected), ``grad_norm`` and ``lr``."""
-        self._require_model()
-        self._require_keys(batch, PAIR_KEYS, "train_reward_model")
-        rows = len(batch)
-        check_same_across_ranks(rows, "the number of pairs in train_reward_model", self.device)
-        lr = float(self.scheduler.get_last_lr()[0])
+        lr = self._start_update(batch, PAIR_KEYS, "train_reward_model", unit="pairs")
         padding_free = self.padding_free(self.module)
-        self.model.train()
         metrics = self._optimize(
             {key: batch.batch[key] for key in PAIR_KEYS}, lambda micro: self._loss(micro, padding_free), stream="reward-model",
             row_tokens=batch.batch["chosen_attention_mask"].sum(-1) + batch.batch["rejected_attention_mask"].sum(-1),

@@ -17,7 +17,6 @@ packed demonstration (it finds them from the restarting ``position_ids``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -30,7 +29,7 @@ from workers.actor import ActorWorker
 from workers.forward import lm_forward
 from workers.engine import serving
 from workers.packing import packed_token_nll
-from workers.training import allreduce_mean, check_same_across_ranks, distributed
+from workers.training import allreduce_mean, distributed
 
 __all__ = ["SFT_KEYS", "SFTWorker", "token_nll"]
 
@@ -70,10 +69,7 @@ class SFTWorker(ActorWorker):
     def train_sft(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step; returns rank-averaged ``loss`` (token mean over the whole batch),
         ``tokens`` (response tokens on this rank), ``grad_norm`` and ``lr``."""
-        self._require_model()
-        self._require_keys(batch, SFT_KEYS, "train_sft")
-        rows = len(batch)
-        check_same_across_ranks(rows, "the number of rows in train_sft", self.device)
+        lr = self._start_update(batch, SFT_KEYS, "train_sft")
         mask = batch.batch["loss_mask"][:, 1:]
         local_tokens = float(mask.sum().item())
         global_tokens = _global_sum(local_tokens, self.device)
@@ -84,8 +80,6 @@ class SFTWorker(ActorWorker):
         scale = local_tokens * self.world_size / global_tokens
         packed = bool(batch.meta_info.get("packed", False))
         padding_free = self.padding_free(self.module)
-        lr = float(self.scheduler.get_last_lr()[0])
-        self.model.train()
 
         def loss_fn(micro_batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             nll, weight = token_nll(self.model, micro_batch, packed=packed, padding_free=padding_free)

@@ -13,13 +13,15 @@ import torch.distributed as dist
 from torch import nn
 
 from rlhfctl.models.loading import resolve_dtype
+from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.checkpointing import load_role_state, role_directory, save_hf_directory, save_role_state
 from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
 from workers.recipe import trainer_config
 from workers.role import RoleWorker
 from workers.seeding import gather_rng_states, make_generator
-from workers.training import LossFn, build_optimizer, build_scheduler, optimize_on_batch, trainable_parameters
+from workers.training import (LossFn, build_optimizer, build_scheduler, check_same_across_ranks,
+                              enable_activation_checkpointing, optimize_on_batch, trainable_parameters)
 
 __all__ = ["TrainableRoleWorker"]
 
@@ -58,6 +60,24 @@ class TrainableRoleWorker(RoleWorker):
         self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
         self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+
+    def _load_trained(self, loader: Callable[..., nn.Module], model_cfg: Mapping[str, Any]) -> nn.Module:
+        """``loader(model_cfg, ...)`` in the engine's storage dtype and this rank's seed, with activation
+        checkpointing when the recipe asks: the one way each trained role builds its model."""
+        model = loader(model_cfg, self.tokenizer, dtype=self.engine.storage_dtype,
+                       trust_remote_code=bool(model_cfg["trust_remote_code"]), seed=self.seed)
+        if model_cfg["gradient_checkpointing"]:
+            enable_activation_checkpointing(model)
+        return model
+
+    def _start_update(self, data: DataProto, keys: tuple[str, ...], method: str, unit: str = "rows") -> float:
+        """What every update call checks first (model built, columns present, the same row count on every
+        rank, lest a collective hang); puts the model in train mode and returns the learning rate of this step."""
+        self._require_model()
+        self._require_keys(data, keys, method)
+        check_same_across_ranks(len(data), f"the number of {unit} in {method}", self.device)
+        self.model.train()
+        return float(self.scheduler.get_last_lr()[0])
 
     def _optimize(
         self,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self, TypeVar
 
 import torch
 
@@ -156,35 +156,63 @@ def _none_left(rows: list[Any], records: list[Any], source: str, max_length: int
         )
 
 
-class DemonstrationDataset(Sequence[Demonstration]):
-    """Tokenized demonstrations for sft (see the module doc for the record formats)."""
+RowT = TypeVar("RowT")
 
-    def __init__(
-        self,
-        records: Iterable[Mapping[str, Any]],
-        tokenizer: Any,
-        *,
-        prompt_key: str = "prompt",
-        response_key: str = "response",
-        messages_key: str = "messages",
-        max_length: int = 128,
-        overlong: str = "error",
-        apply_chat_template: bool = False,
-        source: str = "<records>",
-    ) -> None:
+
+class _RecordDataset(Sequence[RowT]):
+    """Records checked and tokenized one at a time by the subclass's ``_row`` (None: skipped as overlong).
+
+    ``key_names`` are the subclass's column-key arguments, named as the recipe's ``data.*`` keys are, so
+    :meth:`from_data_section` reads them from there.
+    """
+
+    key_names: tuple[str, ...] = ()
+
+    def __init__(self, records: Iterable[Any], tokenizer: Any, *, max_length: int = 128, overlong: str = "error",
+                 apply_chat_template: bool = False, source: str = "<records>") -> None:
         reader = _RecordReader(tokenizer, max_length, overlong, apply_chat_template, source)
         self.source = source
-        self.keys = (prompt_key, response_key, messages_key)
         records = list(records)
-        self._rows: list[Demonstration] = []
+        self._rows: list[RowT] = []
         for index, record in enumerate(records):
-            number = index + 1
-            prompt_text, response_text = self._texts(reader, _check_mapping(record, source, number), number)
-            bounded = reader.bound(reader.encode(prompt_text), reader.encode(response_text) + [reader.eos], number)
-            if bounded is not None:
-                self._rows.append(Demonstration(index, tuple(bounded[0]), tuple(bounded[1])))
+            row = self._row(reader, index, _check_mapping(record, source, index + 1))
+            if row is not None:
+                self._rows.append(row)
         _none_left(self._rows, records, source, max_length)
         self.skipped, self.truncated = reader.skipped, reader.truncated
+
+    @classmethod
+    def from_data_section(cls, records: Iterable[Any], tokenizer: Any, data: Mapping[str, Any], source: str) -> Self:
+        """Tokenize with a recipe's ``data`` section: its column keys, length limit, overlong policy and chat template."""
+        keys = {name: data[name] for name in cls.key_names}
+        return cls(records, tokenizer, max_length=data["max_length"], overlong=data["overlong"],
+                   apply_chat_template=bool(data["apply_chat_template"]), source=source, **keys)
+
+    def _row(self, reader: _RecordReader, index: int, record: Mapping[str, Any]) -> RowT | None:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, position: int) -> RowT:  # type: ignore[override]
+        return self._rows[position]
+
+
+class DemonstrationDataset(_RecordDataset[Demonstration]):
+    """Tokenized demonstrations for sft (see the module doc for the record formats)."""
+
+    key_names = ("prompt_key", "response_key", "messages_key")
+
+    def __init__(self, records: Iterable[Mapping[str, Any]], tokenizer: Any, *, prompt_key: str = "prompt",
+                 response_key: str = "response", messages_key: str = "messages", **reading: Any) -> None:
+        self.keys = (prompt_key, response_key, messages_key)
+        super().__init__(records, tokenizer, **reading)
+
+    def _row(self, reader: _RecordReader, index: int, record: Mapping[str, Any]) -> Demonstration | None:
+        number = index + 1
+        prompt_text, response_text = self._texts(reader, record, number)
+        bounded = reader.bound(reader.encode(prompt_text), reader.encode(response_text) + [reader.eos], number)
+        return None if bounded is None else Demonstration(index, tuple(bounded[0]), tuple(bounded[1]))
 
     def _texts(self, reader: _RecordReader, record: Mapping[str, Any], number: int) -> tuple[str, str]:
         prompt_key, response_key, messages_key = self.keys
@@ -207,44 +235,24 @@ class DemonstrationDataset(Sequence[Demonstration]):
             raise reader.fail(number, "the last (assistant) message has no text content")
         return reader.chat(messages[:-1], number), last["content"]
 
-    def __len__(self) -> int:
-        return len(self._rows)
 
-    def __getitem__(self, position: int) -> Demonstration:  # type: ignore[override]
-        return self._rows[position]
-
-
-class PreferenceDataset(Sequence[PreferencePair]):
+class PreferenceDataset(_RecordDataset[PreferencePair]):
     """Tokenized preference pairs for reward_model and dpo (see the module doc)."""
 
-    def __init__(
-        self,
-        records: Iterable[Mapping[str, Any]],
-        tokenizer: Any,
-        *,
-        prompt_key: str = "prompt",
-        chosen_key: str = "chosen",
-        rejected_key: str = "rejected",
-        max_length: int = 128,
-        overlong: str = "error",
-        apply_chat_template: bool = False,
-        source: str = "<records>",
-    ) -> None:
-        reader = _RecordReader(tokenizer, max_length, overlong, apply_chat_template, source)
-        self.source = source
-        records = list(records)
-        self._rows: list[PreferencePair] = []
-        for index, record in enumerate(records):
-            number = index + 1
-            record = _check_mapping(record, source, number)
-            prompt = reader.render_prompt(reader.text(record, prompt_key, number, "prompt", "data.prompt_key"), number)
-            chosen = reader.text(record, chosen_key, number, "chosen response", "data.chosen_key")
-            rejected = reader.text(record, rejected_key, number, "rejected response", "data.rejected_key")
-            pair = self._pair(reader, index, prompt, chosen, rejected)
-            if pair is not None:
-                self._rows.append(pair)
-        _none_left(self._rows, records, source, max_length)
-        self.skipped, self.truncated = reader.skipped, reader.truncated
+    key_names = ("prompt_key", "chosen_key", "rejected_key")
+
+    def __init__(self, records: Iterable[Mapping[str, Any]], tokenizer: Any, *, prompt_key: str = "prompt",
+                 chosen_key: str = "chosen", rejected_key: str = "rejected", **reading: Any) -> None:
+        self.keys = (prompt_key, chosen_key, rejected_key)
+        super().__init__(records, tokenizer, **reading)
+
+    def _row(self, reader: _RecordReader, index: int, record: Mapping[str, Any]) -> PreferencePair | None:
+        number = index + 1
+        prompt_key, chosen_key, rejected_key = self.keys
+        prompt = reader.render_prompt(reader.text(record, prompt_key, number, "prompt", "data.prompt_key"), number)
+        chosen = reader.text(record, chosen_key, number, "chosen response", "data.chosen_key")
+        rejected = reader.text(record, rejected_key, number, "rejected response", "data.rejected_key")
+        return self._pair(reader, index, prompt, chosen, rejected)
 
     @staticmethod
     def _pair(reader: _RecordReader, index: int, prompt: str, chosen: str, rejected: str) -> PreferencePair | None:
@@ -269,12 +277,6 @@ class PreferenceDataset(Sequence[PreferencePair]):
             tuple(chosen_sequence),
             tuple(rejected_sequence),
         )
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __getitem__(self, position: int) -> PreferencePair:  # type: ignore[override]
-        return self._rows[position]
 
 
 # --------------------------------------------------------------------------- collation

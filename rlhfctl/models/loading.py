@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import importlib.util
 import inspect
 import json
 import os
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,11 +164,26 @@ def _safetensors_kwargs(path: str) -> dict[str, Any]:
     return {}
 
 
-def _common_load_kwargs(model_cfg: Mapping[str, Any], dtype: Any, trust_remote_code: bool) -> dict[str, Any]:
+def _load_request(model_cfg: Mapping[str, Any], dtype: Any, trust_remote_code: bool) -> tuple[dict[str, Any], str | None]:
+    """What every loader starts from: the from_pretrained keyword arguments, and the weights path (None: build
+    from ``config``); a section with neither source is refused here."""
+    _require_source(model_cfg)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code, **_dtype_kwargs(dtype)}
     if model_cfg.get("attn_implementation"):
         kwargs["attn_implementation"] = model_cfg["attn_implementation"]
-    return kwargs
+    return kwargs, _weights_path(model_cfg)
+
+
+def _random_weights(make: Callable[..., nn.Module], config: PretrainedConfig, kwargs: Mapping[str, Any],
+                    dtype: Any, seed: int | None) -> nn.Module:
+    """``make(config, ...)`` with seeded random weights, then cast to ``dtype`` (from_config takes no dtype)."""
+    kwargs = {key: value for key, value in kwargs.items() if key not in ("dtype", "torch_dtype")}
+    with _seeded(seed):
+        model = make(config, **kwargs)
+    value = resolve_dtype(dtype)
+    if value is not None and value != "auto":
+        model = model.to(value)
+    return model
 
 
 @contextlib.contextmanager
@@ -365,28 +381,15 @@ def _consumed(config_class: type[PretrainedConfig], key: str, value: Any) -> boo
 # --------------------------------------------------------------------------- models
 
 
-def load_causal_lm(
-    model_cfg: Mapping[str, Any],
-    tokenizer: Any,
-    *,
-    dtype: torch.dtype | str | None = None,
-    trust_remote_code: bool = False,
-    seed: int | None = None,
-) -> nn.Module:
+def load_causal_lm(model_cfg: Mapping[str, Any], tokenizer: Any, *, dtype: torch.dtype | str | None = None,
+                   trust_remote_code: bool = False, seed: int | None = None) -> nn.Module:
     """Load (``path``) or build with seeded random weights (``config``) the policy/reference LM."""
-    _require_source(model_cfg)
-    kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
-    path = _weights_path(model_cfg)
+    kwargs, path = _load_request(model_cfg, dtype, trust_remote_code)
     if path is not None:
         with _loading("model.path", path):
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **_safetensors_kwargs(path))
     else:
-        config = build_config(model_cfg, tokenizer)
-        kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
-        with _seeded(seed):
-            model = AutoModelForCausalLM.from_config(config, **kwargs)
-        if dtype is not None and resolve_dtype(dtype) != "auto":
-            model = model.to(resolve_dtype(dtype))
+        model = _random_weights(AutoModelForCausalLM.from_config, build_config(model_cfg, tokenizer), kwargs, dtype, seed)
     _set_pad_token_id(model, tokenizer)
     return model
 
@@ -502,37 +505,25 @@ def token_values(
     return outputs.logits[..., 0]
 
 
-def load_token_value_model(
-    model_cfg: Mapping[str, Any],
-    tokenizer: Any,
-    *,
-    dtype: torch.dtype | str | None = None,
-    trust_remote_code: bool = False,
-    seed: int | None = None,
-) -> nn.Module:
+def load_token_value_model(model_cfg: Mapping[str, Any], tokenizer: Any, *, dtype: torch.dtype | str | None = None,
+                           trust_remote_code: bool = False, seed: int | None = None) -> nn.Module:
     """The PPO critic: token classification with one label, or :class:`CausalLMWithValueHead`.
 
     Read values with :func:`token_values` (``.logits[..., 0]`` for the transformers head, the
     forward output itself for the fallback).
     """
-    _require_source(model_cfg)
-    kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
-    path = _weights_path(model_cfg)
+    kwargs, path = _load_request(model_cfg, dtype, trust_remote_code)
     if path is not None:
         with _loading("model.path", path):
             model = _pretrained_value_model(path, seed, trust_remote_code, kwargs)
     else:
         config = build_config(model_cfg, tokenizer)
         config.num_labels = 1
-        dtype_value = resolve_dtype(dtype)
-        kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
         if _has_head(config, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "AutoModelForTokenClassification"):
-            with _seeded(seed):
-                model = AutoModelForTokenClassification.from_config(config, **kwargs)
+            make: Callable[..., nn.Module] = AutoModelForTokenClassification.from_config
         else:
-            model = CausalLMWithValueHead.from_config(config, seed=seed, **kwargs)
-        if dtype_value is not None and dtype_value != "auto":
-            model = model.to(dtype_value)
+            make = functools.partial(CausalLMWithValueHead.from_config, seed=seed)
+        model = _random_weights(make, config, kwargs, dtype, seed)
     _set_pad_token_id(model, tokenizer)
     return model
 
@@ -550,18 +541,10 @@ def _pretrained_value_model(path: str, seed: int | None, trust_remote_code: bool
     return CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
 
 
-def load_sequence_classifier(
-    model_cfg: Mapping[str, Any],
-    tokenizer: Any,
-    *,
-    dtype: torch.dtype | str | None = None,
-    trust_remote_code: bool = False,
-    seed: int | None = None,
-) -> nn.Module:
+def load_sequence_classifier(model_cfg: Mapping[str, Any], tokenizer: Any, *, dtype: torch.dtype | str | None = None,
+                             trust_remote_code: bool = False, seed: int | None = None) -> nn.Module:
     """A reward model: one scalar per sequence, read at the last non-pad token (logits (B, 1))."""
-    _require_source(model_cfg)
-    kwargs = _common_load_kwargs(model_cfg, dtype, trust_remote_code)
-    path = _weights_path(model_cfg)
+    kwargs, path = _load_request(model_cfg, dtype, trust_remote_code)
     if path is not None:
         with _loading("model.path", path):
             config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
@@ -577,12 +560,7 @@ def load_sequence_classifier(
         config = build_config(model_cfg, tokenizer)
         config.num_labels = 1
         _require_head(config, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING, "AutoModelForSequenceClassification")
-        dtype_value = resolve_dtype(dtype)
-        kwargs.pop("dtype" if _USES_DTYPE_KWARG else "torch_dtype", None)
-        with _seeded(seed):
-            model = AutoModelForSequenceClassification.from_config(config, **kwargs)
-        if dtype_value is not None and dtype_value != "auto":
-            model = model.to(dtype_value)
+        model = _random_weights(AutoModelForSequenceClassification.from_config, config, kwargs, dtype, seed)
     _set_pad_token_id(model, tokenizer)
     return model
 

@@ -12,7 +12,7 @@ Heavier pieces (validation, dispatch plan) are imported on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from rlhfctl.lazy_exports import lazy_exports
 
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.load import load_recipe, recipe_from_dict
@@ -48,9 +48,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'rlhfctl.recipe' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

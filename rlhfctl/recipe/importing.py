@@ -8,11 +8,12 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 
-__all__ = ["ensure_cwd_importable", "import_class"]
+__all__ = ["ensure_cwd_importable", "import_class", "import_python_file"]
 
 
 def ensure_cwd_importable() -> None:
@@ -41,16 +42,20 @@ def _split(ref: str, key_path: str, example: str) -> tuple[str, str]:
 def _import_module(module: str) -> Any:
     ensure_cwd_importable()
     if module.endswith(".py"):
-        return _import_file(Path(os.path.expanduser(module)))
+        return import_python_file(Path(os.path.expanduser(module)))
     return importlib.import_module(module)
 
 
-def _import_file(path: Path) -> Any:
+def import_python_file(path: Path, prefix: str = "rlhfctl_user") -> ModuleType:
+    """Import a user's ``.py`` file once per path (recipes and reward functions name files, not packages).
+
+    Raises FileNotFoundError, ImportError, or whatever the file raises while it runs (then it is not cached).
+    """
     path = path if path.is_absolute() else Path.cwd() / path
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}")
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
-    name = f"rlhfctl_user_{path.stem}_{digest}"
+    name = f"{prefix}_{path.stem}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)

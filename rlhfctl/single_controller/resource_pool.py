@@ -109,7 +109,6 @@ class RayResourcePool(ResourcePool):
         if self._placement_groups is not None:
             return self._placement_groups
         import ray
-        from ray.util.placement_group import placement_group
 
         self._check_capacity()
         groups: list[Any] = []

@@ -6,7 +6,7 @@ protocol the CLI's reporters implement) can be imported without torch.
 
 from __future__ import annotations
 
-from typing import Any
+from rlhfctl.lazy_exports import lazy_exports
 
 __all__ = ["PPOTrainer", "TrainingDiverged", "run_training"]
 
@@ -17,9 +17,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'rlhfctl.trainer' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -28,18 +28,7 @@ class SFTTrainer(StageTrainer):
 
     def make_dataset(self, records: list[dict[str, Any]], source: str) -> DemonstrationDataset:
         """Tokenize demonstrations with the recipe's data keys and length limit."""
-        data = self.cfg.data
-        return DemonstrationDataset(
-            records,
-            self.tokenizer,
-            prompt_key=data.prompt_key,
-            response_key=data.response_key,
-            messages_key=data.messages_key,
-            max_length=data.max_length,
-            overlong=data.overlong,
-            apply_chat_template=data.apply_chat_template,
-            source=source,
-        )
+        return DemonstrationDataset.from_data_section(records, self.tokenizer, self.cfg.data, source)
 
     def collate(self, rows: list[Demonstration]) -> DataProto:
         """Right-padded (optionally packed) rows with their loss mask."""

@@ -97,15 +97,4 @@ def stage_records(cfg: DictConfig, kind: str) -> StageRecords:
 
 def preference_dataset(cfg: DictConfig, tokenizer: Any, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
     """Tokenize preference pairs with the recipe's data keys and length limit (reward_model and dpo)."""
-    data = cfg.data
-    return PreferenceDataset(
-        records,
-        tokenizer,
-        prompt_key=data.prompt_key,
-        chosen_key=data.chosen_key,
-        rejected_key=data.rejected_key,
-        max_length=data.max_length,
-        overlong=data.overlong,
-        apply_chat_template=data.apply_chat_template,
-        source=source,
-    )
+    return PreferenceDataset.from_data_section(records, tokenizer, cfg.data, source)

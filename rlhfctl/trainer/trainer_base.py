@@ -14,7 +14,6 @@ from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.loggers import build_loggers
-from rlhfctl.trainer.metrics import MetricsLog
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
-
 import pytest
 
 from rlhfctl.cli import app
@@ -14,7 +11,7 @@ from rlhfctl.single_controller import DispatchEvent
 
 @pytest.fixture
 def fake_trainer(monkeypatch):
-    """Replace rlhfctl.trainer with a module whose run_training drives the reporter like the real one."""
+    """Replace rlhfctl.trainer.run_training with one that drives the reporter like the real one."""
     calls = {}
 
     def run_training(cfg, reporter):
@@ -31,10 +28,15 @@ def fake_trainer(monkeypatch):
         reporter.run_finished({"steps": cfg.trainer.total_steps, "reward/last_mean": 1.0})
         return {}
 
-    module = types.ModuleType("rlhfctl.trainer")
-    module.run_training = run_training
-    monkeypatch.setitem(sys.modules, "rlhfctl.trainer", module)
+    _replace_run_training(monkeypatch, run_training)
     return calls
+
+
+def _replace_run_training(monkeypatch, run_training) -> None:
+    """The real trainer package stays (the train command imports its submodules); only run_training is swapped."""
+    import rlhfctl.trainer
+
+    monkeypatch.setattr(rlhfctl.trainer, "run_training", run_training, raising=False)
 
 
 def test_train_runs_with_plain_reporter_off_a_terminal(runner, recipe_file, fake_trainer):
@@ -60,13 +62,10 @@ def test_train_quiet_prints_nothing(runner, recipe_file, fake_trainer):
 
 
 def test_train_interrupted_exits_130(runner, recipe_file, monkeypatch):
-    module = types.ModuleType("rlhfctl.trainer")
-
     def run_training(cfg, reporter):
         raise KeyboardInterrupt
 
-    module.run_training = run_training
-    monkeypatch.setitem(sys.modules, "rlhfctl.trainer", module)
+    _replace_run_training(monkeypatch, run_training)
     result = runner.invoke(app, ["train", str(recipe_file)])
     assert result.exit_code == 130 and "interrupted" in result.stderr
 
@@ -74,24 +73,18 @@ def test_train_interrupted_exits_130(runner, recipe_file, monkeypatch):
 def test_train_user_error_from_the_trainer_exits_2(runner, recipe_file, monkeypatch):
     from rlhfctl.data.errors import DataFileError
 
-    module = types.ModuleType("rlhfctl.trainer")
-
     def run_training(cfg, reporter):
         raise DataFileError("prompts.jsonl:7: line is not valid JSON")
 
-    module.run_training = run_training
-    monkeypatch.setitem(sys.modules, "rlhfctl.trainer", module)
+    _replace_run_training(monkeypatch, run_training)
     result = runner.invoke(app, ["train", str(recipe_file)])
     assert result.exit_code == 2 and "prompts.jsonl:7" in result.stderr and "Traceback" not in result.output
 
 
 def test_train_internal_error_exits_1_with_traceback(runner, recipe_file, monkeypatch):
-    module = types.ModuleType("rlhfctl.trainer")
-
     def run_training(cfg, reporter):
         raise RuntimeError("a bug")
 
-    module.run_training = run_training
-    monkeypatch.setitem(sys.modules, "rlhfctl.trainer", module)
+    _replace_run_training(monkeypatch, run_training)
     result = runner.invoke(app, ["train", str(recipe_file)])
     assert result.exit_code == 1 and "internal error: RuntimeError: a bug" in result.stderr
