@@ -24,12 +24,14 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from flops import matmul_peak, model_parameters, percent, shares  # noqa: E402
 from rlhfctl.protocol import DataProto  # noqa: E402
 from rlhfctl.ray_cluster import start_or_join_ray  # noqa: E402
 from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup  # noqa: E402
 from workers import ActorWorker  # noqa: E402
 
 ROWS, PROMPT, RESPONSE = 4, 16, 16
+UPDATE_TOKENS = ROWS * 2 * (PROMPT + RESPONSE)  # the update batch's rows x width, every position real
 
 
 def recipe(strategy: str, hidden: int, layers: int) -> dict:
@@ -76,24 +78,15 @@ def measure(strategy: str, hidden: int, layers: int) -> dict:
         update_s = time.perf_counter() - started
         sizes = group.state_bytes()
         started = time.perf_counter()
-        group.generate_sequences(prompts())
+        rollout = group.generate_sequences(prompts())
         generate_s = time.perf_counter() - started
     finally:
         group.shutdown()
         pool.release()
     largest = max(sizes, key=lambda s: s["params"] + s["grads"] + s["optimizer"])
     return {"strategy": strategy, **largest, "total": largest["params"] + largest["grads"] + largest["optimizer"],
-            "build_s": build_s, "update_s": update_s, "generate_s": generate_s}
-
-
-def parameter_count(hidden: int, layers: int) -> int:
-    """Parameters of the benchmark model, counted from a meta-device build (no weights)."""
-    from rlhfctl.models.loading import load_causal_lm, load_tokenizer
-
-    cfg = {"config": recipe("ddp", hidden, layers)["roles"]["actor"]["model"]["config"]}
-    with torch.device("meta"):
-        model = load_causal_lm(cfg, load_tokenizer(cfg))
-    return sum(p.numel() for p in model.parameters())
+            "build_s": build_s, "update_s": update_s, "generate_s": generate_s,
+            "generated_tokens": int(rollout.batch["response_mask"].sum())}
 
 
 def main() -> None:
@@ -102,7 +95,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=15)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    count = parameter_count(args.hidden, args.layers)
+    count = model_parameters({"config": recipe("ddp", args.hidden, args.layers)["roles"]["actor"]["model"]["config"]})
+    peak = matmul_peak()  # both ranks together share this machine's cores, as the peak's threads do
     session = start_or_join_ray(num_cpus=4, env_vars={"OMP_NUM_THREADS": "1"})
     try:
         rows = [measure(strategy, args.hidden, args.layers) for strategy in ("ddp", "fsdp2")]
@@ -111,16 +105,19 @@ def main() -> None:
     gib = 1 << 30
     print(f"model: qwen2 hidden {args.hidden} x {args.layers} layers, {count / 1e6:.1f}M parameters, float32, world 2")
     print(f"{'strategy':8s} {'params GiB':>10s} {'grads GiB':>10s} {'optim GiB':>10s} {'total GiB':>10s} "
-          f"{'analytic':>9s} {'update s':>9s} {'rollout s':>9s}")
+          f"{'analytic':>9s} {'update s':>9s} {'rollout s':>9s} {'MFU upd':>8s} {'MFU gen':>8s}")
     for row in rows:
         shards = 2 if row["strategy"] == "fsdp2" else 1
         analytic = count * 4 * 4 / shards / gib
+        row.update(shares(count, peak, update=(UPDATE_TOKENS, row["update_s"]), generate=(row["generated_tokens"], row["generate_s"])))
         print(f"{row['strategy']:8s} {row['params'] / gib:10.3f} {row['grads'] / gib:10.3f} {row['optimizer'] / gib:10.3f} "
-              f"{row['total'] / gib:10.3f} {analytic:9.3f} {row['update_s']:9.2f} {row['generate_s']:9.2f}")
+              f"{row['total'] / gib:10.3f} {analytic:9.3f} {row['update_s']:9.2f} {row['generate_s']:9.2f} "
+              f"{percent(row['mfu/update']):>8s} {percent(row['mfu/generate']):>8s}")
     ratio = rows[1]["total"] / rows[0]["total"]
-    print(f"FSDP2 / DDP state per rank: {ratio:.3f}")
+    print(f"FSDP2 / DDP state per rank: {ratio:.3f}; MFU over a {peak / 1e9:.0f} GFLOP/s float32 matmul peak "
+          "(first calls, set-up included)")
     if args.json:
-        args.json.write_text(json.dumps({"parameters": count, "rows": rows, "ratio": ratio}, indent=1))
+        args.json.write_text(json.dumps({"parameters": count, "matmul_peak_flops": peak, "rows": rows, "ratio": ratio}, indent=1))
 
 
 if __name__ == "__main__":

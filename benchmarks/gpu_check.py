@@ -12,7 +12,9 @@
    FSDP2 at world 1, bf16 compute over float32 master weights, one rollout of 256-token responses and one
    PPO update; rollout and update tokens/s, ``torch.cuda.max_memory_allocated`` against the analytic
    state (``P x (4 + 4 + 8)`` bytes of float32 weights, gradients and AdamW state, plus the bf16 copy
-   gathered for sampling), and whether the float32 masters moved at lr 1e-6.
+   gathered for sampling) and against the memory plan ``rlhfctl validate`` shows for that recipe (state plus
+   the rollout's KV cache), whether the float32 masters moved at lr 1e-6, and both phases' model-FLOPs
+   utilization over a bf16 matmul peak measured in the same run (``benchmarks/flops.py``).
 
 Exits 1 when a check fails, 2 when there is no CUDA device. Nothing is downloaded. About 3-5 minutes.
 """
@@ -33,6 +35,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+
+from flops import matmul_peak, shares  # noqa: E402
 
 from rlhfctl.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
 from rlhfctl.recipe import load_recipe  # noqa: E402
@@ -113,6 +117,11 @@ def engine_check(prompts: int, samples: int, response: int, use_gpu: bool = True
                             "model": {"config": dict(QWEN_05B), "dtype": "bfloat16", "gradient_checkpointing": True}},
                   "reward": {"function": "rlhfctl.tasks.digits:score"}},
     }
+    from rlhfctl.recipe.memory_plan import plan_memory
+    from rlhfctl.recipe.pools import PoolInfo
+
+    planned = plan_memory(recipe, {"main": PoolInfo("main", ("actor",), (1,), use_gpu, 4, None)}).roles[0].largest
+    peak_flops = matmul_peak(4096, device="cuda", dtype=torch.bfloat16)
     torch.cuda.reset_peak_memory_stats()
     group = LocalWorkerGroup(1, ClassWithInitArgs(ActorWorker, recipe, "actor"), role="actor")
     try:
@@ -142,13 +151,19 @@ def engine_check(prompts: int, samples: int, response: int, use_gpu: bool = True
     gib = 1 << 30
     predicted = count * (4 + 4 + 8 + 2)
     peak = torch.cuda.max_memory_allocated()
+    update_tokens = int(update.batch["attention_mask"].sum())
+    mfu = shares(count, peak_flops, update=(update_tokens, update_s), generate=(tokens, generate_s))
     return {
         "engine_parameters_m": round(count / 1e6, 1), "engine_master_dtypes": dtypes,
         "engine_rollout_tokens": tokens, "engine_rollout_tokens_per_s": tokens / generate_s,
-        "engine_update_tokens_per_s": int(update.batch["attention_mask"].sum()) / update_s,
+        "engine_update_tokens_per_s": update_tokens / update_s,
+        "engine_bf16_matmul_peak_tflops": peak_flops / 1e12,
+        "engine_mfu_generate": mfu["mfu/generate"], "engine_mfu_update": mfu["mfu/update"],
         "engine_grad_norm": metrics["actor/grad_norm"], "engine_masters_moved": moved,
         "engine_max_allocated_gib": peak / gib, "engine_predicted_state_gib": predicted / gib,
         "engine_max_allocated_over_predicted": peak / predicted,
+        "engine_plan_state_gib": planned.state_bytes / gib, "engine_plan_device_gib": planned.device_bytes / gib,
+        "engine_max_allocated_over_plan": peak / planned.device_bytes,
     }
 
 

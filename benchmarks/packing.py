@@ -24,24 +24,13 @@ from pathlib import Path
 
 import torch
 
+from flops import UPDATE_FLOPS_PER_PARAM_TOKEN, matmul_peak
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup
 from workers import ActorWorker
 
 PROMPT = 32
 RESPONSES = (8, 256)
-
-
-def matmul_peak(size: int = 2048, repeats: int = 5) -> float:
-    """Best float32 FLOP/s of a square matmul on this process's threads."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.mm(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
 
 
 def mixed_batch(rows: int, vocab: int, seed: int = 0) -> DataProto:
@@ -65,7 +54,7 @@ def recipe(args: argparse.Namespace, actor: dict) -> dict:
     config = {"model_type": "qwen2", "hidden_size": args.hidden, "num_hidden_layers": args.layers,
               "num_attention_heads": args.hidden // 64, "intermediate_size": 4 * args.hidden,
               "max_position_embeddings": 512}
-    return {"trainer": {"seed": 0, "total_steps": 100, "ppo_epochs": 1, "batch_size": args.rows},
+    return {"trainer": {"seed": 0, "total_steps": 100, "ppo_epochs": 1, "batch_size": args.rows, "mini_batch_size": args.rows},
             "rollout": {"n": 1, "max_new_tokens": RESPONSES[1]}, "resource_pools": {"global": {"use_gpu": False}},
             "roles": {"actor": {"model": {"config": config}, "optim": {"lr": 1e-7}, **actor}}}
 
@@ -112,7 +101,7 @@ def main() -> None:
         for group in groups.values():
             group.shutdown()
     peak = statistics.median(peaks)
-    useful = 6 * params * real
+    useful = UPDATE_FLOPS_PER_PARAM_TOKEN * params * real
     print(f"{params / 1e6:.1f}M parameters (hidden {args.hidden} x {args.layers}); {args.rows} rows, prompts 16-{PROMPT}, "
           f"responses {RESPONSES[0]}-{RESPONSES[1]} tokens: {real} real of {padded} padded positions "
           f"({100 * real / padded:.0f}%); matmul peak {peak / 1e9:.0f} GFLOP/s on {torch.get_num_threads()} threads")
@@ -125,8 +114,8 @@ def main() -> None:
                         "useful_flops_per_s": useful / median, "share_of_peak": useful / median / peak})
         print(f"{name:<24}{median:>10.3f}{base / median:>10.2f}x{useful / median / 1e9:>16.1f}"
               f"{100 * useful / median / peak:>14.1f}%")
-    print(f"padded pass executes 6 x params x {padded} tokens: {6 * params * padded / base / 1e9:.1f} GFLOP/s "
-          f"({100 * 6 * params * padded / base / peak:.1f}% of peak)")
+    print(f"padded pass executes 6 x params x {padded} tokens: {UPDATE_FLOPS_PER_PARAM_TOKEN * params * padded / base / 1e9:.1f} GFLOP/s "
+          f"({100 * UPDATE_FLOPS_PER_PARAM_TOKEN * params * padded / base / peak:.1f}% of peak)")
     if args.json:
         args.json.write_text(json.dumps({"params": params, "real_tokens": real, "padded_tokens": padded,
                                          "peak_flops_per_s": peak, "results": results}, indent=1))

@@ -6,8 +6,11 @@
 
 The sizes run one after the other, each on a fresh private local Ray; the first ``--warmup`` steps of
 each (model build, warm-up) are left out, and the table shows medians over the rest, as the TRL baseline
-does. The orchestration share comes from the dispatch trace. ``--no-kl`` drops the reference role and
-the KL loss, the algorithm TRL's GRPOTrainer runs with its default ``beta=0``.
+does. The orchestration share comes from the dispatch trace, and so do the actor's generate and update
+call times that the model-FLOPs utilization columns divide by (``benchmarks/flops.py``: 2 x params x
+generated tokens and 6 x params x real tokens, over a float32 matmul peak measured in the same run).
+``--no-kl`` drops the reference role and the KL loss, the algorithm TRL's GRPOTrainer runs with its
+default ``beta=0``.
 
 ``--compare`` times the recipe as it is against the recipe with the given overrides (say
 ``roles.reward.pool=driver``), alternating the two ``--rounds`` times per size and swapping which goes
@@ -23,7 +26,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from flops import matmul_peak, model_parameters, percent, shares
 from rlhfctl.recipe import load_recipe
+from rlhfctl.trace import TRACE_FILE
 from rlhfctl.trainer import run_training
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "quickstart.yaml"
@@ -49,9 +56,15 @@ def measure(name: str, overrides: list[str], steps: int, warmup: int = 2) -> dic
         cfg = load_recipe(RECIPE, [*overrides, *BATCH, f"trainer.total_steps={warmup + steps}",
                                    f"trainer.output_dir={out}", "trainer.trace=true", "trainer.val_every=0",
                                    "trainer.save_every=0"])
+        peak = matmul_peak()
         summary = run_training(cfg)
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+        spans = actor_spans(Path(out) / TRACE_FILE, warmup)
     timed = records[warmup:] or records
+    samples = cfg.trainer.batch_size * cfg.rollout.n
+    generated = samples * statistics.median(r["response_length/mean"] for r in timed)
+    real = generated + samples * statistics.median(r["prompt_length/mean"] for r in timed)
+    parameters = model_parameters(OmegaConf.to_container(cfg.roles.actor.model, resolve=True))
     phases = sorted({key for record in timed for key in record if key.startswith("time/") and key != "time/step"})
     step_seconds = [r["time/step"] for r in timed]
     return {
@@ -63,12 +76,22 @@ def measure(name: str, overrides: list[str], steps: int, warmup: int = 2) -> dic
         "tokens_per_s": statistics.median(r["perf/tokens_per_s"] for r in timed),
         "phases": {phase.removeprefix("time/"): statistics.median(r.get(phase, 0.0) for r in timed) for phase in phases},
         "orchestration_share": summary.get("trace", {}).get("orchestration_share"),
+        "parameters": parameters, "matmul_peak_flops": peak, "actor_span_s": spans,
+        **shares(parameters, peak, update=(real, spans["update_actor"]), generate=(generated, spans["generate_sequences"])),
     }
 
 
-def percent(share: float | None) -> str:
-    """An orchestration share as a percentage cell ("-" when the run had no trace)."""
-    return f"{100 * share:.1f}%" if share is not None else "-"
+def actor_spans(trace_path: Path, warmup: int) -> dict[str, float]:
+    """Median seconds of the actor's generate and update calls on its ranks after the warm-up steps (the trace)."""
+    events = json.loads(trace_path.read_text())["traceEvents"]
+    steps = sorted((e for e in events if e.get("cat") == "step"), key=lambda e: e["ts"])
+    after = steps[warmup - 1]["ts"] + steps[warmup - 1]["dur"] if 0 < warmup < len(steps) else 0
+    spans = {}
+    for method in ("generate_sequences", "update_actor"):
+        durations = [e["dur"] / 1e6 for e in events
+                     if e.get("cat") == "worker" and e["name"] == f"actor.{method}" and e["ts"] >= after]
+        spans[method] = statistics.median(durations) if durations else float("nan")
+    return spans
 
 
 def compare(size: str, base: list[str], changed: list[str], rounds: int, steps: int, warmup: int) -> list[dict]:
@@ -133,12 +156,16 @@ def main() -> None:
     print(f"medians of {args.steps} steps after {args.warmup} warm-up; backend {args.backend}; "
           f"{'no KL (no reference)' if args.no_kl else 'KL loss with a reference, as the quickstart'}")
     phase_names = sorted({phase for result in results for phase in result["phases"]})
-    header = f"{'model':<18}{'s/step':>8}{'tok/s':>9}{'orch.':>7}  " + "  ".join(f"{p:>14}" for p in phase_names)
+    header = (f"{'model':<18}{'s/step':>8}{'tok/s':>9}{'orch.':>7}{'MFU gen':>9}{'MFU upd':>9}  "
+              + "  ".join(f"{p:>14}" for p in phase_names))
     print(header)
     for r in results:
         share = percent(r["orchestration_share"])
         cells = "  ".join(f"{r['phases'].get(p, 0.0):>14.3f}" for p in phase_names)
-        print(f"{r['model']:<18}{r['s_per_step']:>8.3f}{r['tokens_per_s']:>9.0f}{share:>7}  {cells}")
+        print(f"{r['model']:<18}{r['s_per_step']:>8.3f}{r['tokens_per_s']:>9.0f}{share:>7}"
+              f"{percent(r['mfu/generate']):>9}{percent(r['mfu/update']):>9}  {cells}")
+    print(f"MFU: 2 x params x generated tokens / the actor's generate call, 6 x params x real tokens / its update "
+          f"call (median rank spans), over a {results[0]['matmul_peak_flops'] / 1e9:.0f} GFLOP/s float32 matmul peak")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from flops import percent
+
 HERE = Path(__file__).resolve().parent
 ALGORITHMS = {"kl": {"beta": "0.001", "ours": []}, "no-kl": {"beta": "0.0", "ours": ["--no-kl"]}}
 SIZES = ("tiny", "small")
@@ -48,11 +50,12 @@ def trl_step(trl_python: str, size: str, beta: str, steps: int) -> dict:
 
 
 def our_step(size: str, flags: list[str], steps: int) -> dict:
-    """Median s/step and generate time of train_step.py (one fresh process, its own private Ray)."""
+    """Median s/step, generate time and model-FLOPs shares of train_step.py (one fresh process, its own private Ray)."""
     results = _run_json([sys.executable, str(HERE / "train_step.py"), "--sizes", size, "--steps", str(steps),
                          *flags], f"train_step.py ({size} {' '.join(flags)})")
     (result,) = results
-    return {"s_per_step": result["s_per_step"], "generate": result["phases"].get("generate", 0.0)}
+    return {"s_per_step": result["s_per_step"], "generate": result["phases"].get("generate", 0.0),
+            "mfu/generate": result["mfu/generate"], "mfu/update": result["mfu/update"]}
 
 
 def main() -> None:
@@ -83,19 +86,23 @@ def main() -> None:
                        "trl_over_ours": measured["trl"]["s_per_step"] / measured["ours"]["s_per_step"]}
                 rows.append(row)
                 print(f"round {row['round']}  {size:<5} {algorithm:<5}  TRL {measured['trl']['s_per_step']:.3f}  "
-                      f"ours {measured['ours']['s_per_step']:.3f}  TRL/ours {row['trl_over_ours']:.2f}", flush=True)
+                      f"ours {measured['ours']['s_per_step']:.3f}  TRL/ours {row['trl_over_ours']:.2f}  ours' MFU "
+                      f"generate {percent(measured['ours']['mfu/generate'])} update {percent(measured['ours']['mfu/update'])}",
+                      flush=True)
 
     print()
-    print("| size | algorithm | TRL s/step (rounds) | ours s/step (rounds) | TRL / ours (rounds) | median |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| size | algorithm | TRL s/step (rounds) | ours s/step (rounds) | TRL / ours (rounds) | median "
+          "| ours' MFU generate / update (median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for size in sizes:
         for algorithm in algorithms:
             mine = [r for r in rows if r["size"] == size and r["algorithm"] == algorithm]
             trl = ", ".join(f"{r['trl']['s_per_step']:.3f}" for r in mine)
             ours = ", ".join(f"{r['ours']['s_per_step']:.3f}" for r in mine)
             ratios = [r["trl_over_ours"] for r in mine]
+            mfu = " / ".join(percent(statistics.median(r["ours"][key] for r in mine)) for key in ("mfu/generate", "mfu/update"))
             print(f"| {size} | {algorithm} | {trl} | {ours} | {', '.join(f'{x:.2f}' for x in ratios)} | "
-                  f"{statistics.median(ratios):.2f} |")
+                  f"{statistics.median(ratios):.2f} | {mfu} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
