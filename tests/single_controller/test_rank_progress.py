@@ -142,12 +142,13 @@ def test_a_training_run_reports_tokens_micro_batches_and_rows_per_rank(ray_sessi
     started = time.time()
     run_training(cfg, recorder)
     # The ranks' reports are fire-and-forget messages to the session's board: a short run can end while its
-    # last ones are in flight, so the board is read again (bounded) until both roles' finished reports are in.
+    # last ones are in flight, so the board is read again (bounded) until the three calls' finished reports are in.
     snapshot, _ = rank_progress.start_board("ray")
     deadline = time.time() + 20
     while time.time() < deadline:
         board = [p for p in snapshot() if p.started >= started and p.finished]
-        if {(p.role, p.method) for p in board} >= {("actor", "generate_sequences"), ("reward", "compute_rewards")}:
+        if {(p.role, p.method) for p in board} >= {("actor", "generate_sequences"), ("actor", "update_actor"),
+                                                    ("reward", "compute_rewards")}:
             break
         time.sleep(0.2)
     seen: dict = {}  # per call, the furthest report seen (a later call's first reports may be the last polled)
@@ -160,8 +161,7 @@ def test_a_training_run_reports_tokens_micro_batches_and_rows_per_rank(ray_sessi
                 seen[key] = p
     generate = seen[("actor", "generate_sequences")]
     assert generate.unit == "tokens" and generate.total == 16
-    # update_actor's micro-batch reports (workers/training.py) are not asserted here: in a full-suite run the
-    # quickstart's update can start and end between two polls of the shared session's board, and whether a
-    # poll catches it depends on the order of earlier tests. The report path itself is pinned above.
+    update = seen[("actor", "update_actor")]  # mini-batches of 2 prompts x n 4 = 8 of 16 rows, micro-batch = mini-batch
+    assert update.unit == "micro-batches" and update.total == 2 and update.done == 2
     reward = seen[("reward", "compute_rewards")]
     assert reward.unit == "rows" and reward.total == 16  # 4 prompts x rollout.n 4
