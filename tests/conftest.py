@@ -10,6 +10,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every registered worker method fails if it writes in place into a batch it was sent (received
 # tensors are zero-copy views of shared memory); set before Ray starts so the workers inherit it.
 os.environ.setdefault("RLHFCTL_CHECK_INPUTS", "1")
+# Ranks report progress from a call's first step (the run default waits a quarter second), so that the
+# tests' short calls show their reports; set before Ray starts, like the line above.
+os.environ.setdefault("RLHFCTL_PROGRESS_QUIET_S", "0")
 
 
 @pytest.fixture(scope="session")

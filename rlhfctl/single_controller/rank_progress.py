@@ -4,7 +4,9 @@ A group call's events reach the driver only when the call is collected, so a lon
 nothing until it ends. Worker code calls :func:`report` from its inner loops (``done`` of ``total``
 ``unit``). The call costs a clock read until a quarter second has passed since the rank's last report;
 then one fire-and-forget message goes to the run's :class:`ProgressBoard` (a Ray actor with no CPU
-reserved, or an in-process board on the local backend). The driver's :class:`ProgressWatcher` polls
+reserved, or an in-process board on the local backend). A call reports nothing in its first quarter
+second: a shorter call's bar would come and go between two polls, and on a small machine the messages
+of many short calls cost the step real time (the tiny quickstart's calls take tens of milliseconds). The driver's :class:`ProgressWatcher` polls
 the board a few times a second and hands the latest report of every rank to an observer (the
 reporter), which draws a bar per rank or names a rank that straggles.
 
@@ -15,6 +17,7 @@ report knows its role, method, rank and node without the worker passing them.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 import time
@@ -22,11 +25,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-__all__ = ["BOARD_NAME", "REPORT_INTERVAL_S", "STRAGGLER_RATIO", "ProgressBoard", "ProgressWatcher", "RankProgress",
+__all__ = ["BOARD_NAME", "QUIET_START_S", "REPORT_INTERVAL_S", "STRAGGLER_RATIO", "ProgressBoard", "ProgressWatcher", "RankProgress",
            "call_reports", "calling", "report", "start_board", "stragglers", "watch_rank_progress"]
 
 #: Least seconds between two reports of one rank inside a call (the last report of a call always goes).
 REPORT_INTERVAL_S = 0.25
+#: Seconds a call runs before its rank reports at all (``RLHFCTL_PROGRESS_QUIET_S``; the tests set 0 so
+#: that short calls report too). Read when the module is imported, so it is set before Ray starts workers.
+QUIET_START_S = float(os.environ.get("RLHFCTL_PROGRESS_QUIET_S", REPORT_INTERVAL_S))
 #: A rank straggles when its time in a call exceeds this many times the median of the other ranks'.
 STRAGGLER_RATIO = 1.5
 #: The Ray actor name of a run's board (in the run's namespace), found by the workers on first report.
@@ -81,6 +87,7 @@ class _CallContext:
     def __init__(self, role: str, method: str, rank: int, sink: Callable[[RankProgress], None]) -> None:
         self.progress = RankProgress(role, method, rank, _node(), time.time(), time.time())
         self.sink = sink
+        self.opened = time.monotonic()
         self.last_sent = 0.0
         self.sent = False
 
@@ -141,6 +148,8 @@ def report(done: int, total: int, unit: str) -> None:
     if context is None:
         return
     now = time.monotonic()
+    if now - context.opened < QUIET_START_S:
+        return
     if now - context.last_sent < REPORT_INTERVAL_S and done < total:
         return
     context.last_sent = now

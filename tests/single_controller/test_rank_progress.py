@@ -75,6 +75,18 @@ def test_ranks_report_progress_while_the_call_runs_and_mark_the_end(counting_gro
     assert [(p.rank, p.finished, p.done) for p in last] == [(0, True, 12), (1, True, 12)]
 
 
+def test_a_call_reports_nothing_before_the_quiet_start(monkeypatch):
+    # Run default: a quarter second (the suite sets RLHFCTL_PROGRESS_QUIET_S=0 for its short calls).
+    monkeypatch.setattr(rank_progress, "QUIET_START_S", 0.3)
+    group = LocalWorkerGroup(2, RayClassWithInitArgs(CountingWorker), role="counter")
+    short, long = Recorder(), Recorder()
+    run_watched(group, "local", short, steps=4, seconds=0.01)  # 40 ms: over before anything is sent
+    assert [p for _, reports in short.polls for p in reports] == []
+    run_watched(group, "local", long, steps=8, seconds=0.1)  # 0.8 s: reports from 0.3 s on
+    done = sorted({p.done for _, reports in long.polls for p in reports if p.method == "count"})
+    assert done and min(done) >= 3 and max(done) == 8
+
+
 def test_reports_are_throttled_to_a_few_a_second(counting_group):
     recorder = Recorder()
     run_watched(counting_group, "ray", recorder, steps=200, seconds=0.005)  # 200 reports asked for in ~1 s per rank
