@@ -12,7 +12,9 @@ Each comparison runs the same algorithm on both sides:
 Every measurement is a fresh process (``train_step.py`` or ``trl_grpo_baseline.py``, which runs in its
 own virtualenv with ``trl``); within a round the two sides alternate and which goes first flips every
 round, so the machine's drift hits both. The table shows each side's median seconds per step (after 2
-warm-up steps) per round, and ``TRL / ours``: above 1 means our step is faster.
+warm-up steps) per round, and ``TRL / ours``: above 1 means our step is faster. It also splits each side's
+step into sampling (``generate``) and the rest (reward, reference and log-prob passes, loss, backward,
+optimizer step), so it shows which part a difference comes from.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ def our_step(size: str, flags: list[str], steps: int) -> dict:
             "mfu/generate": result["mfu/generate"], "mfu/update": result["mfu/update"]}
 
 
+def phase_seconds(row: dict, side: str, phase: str) -> float:
+    """One side's median seconds of sampling (``generate``) or of everything else in a step (``rest``)."""
+    measured = row[side]
+    return measured["generate"] if phase == "generate" else measured["s_per_step"] - measured["generate"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trl-python", required=True, help="python of a virtualenv with trl (benchmarks/README.md)")
@@ -85,15 +93,16 @@ def main() -> None:
                 row = {"round": round_index + 1, "size": size, "algorithm": algorithm, **measured,
                        "trl_over_ours": measured["trl"]["s_per_step"] / measured["ours"]["s_per_step"]}
                 rows.append(row)
-                print(f"round {row['round']}  {size:<5} {algorithm:<5}  TRL {measured['trl']['s_per_step']:.3f}  "
-                      f"ours {measured['ours']['s_per_step']:.3f}  TRL/ours {row['trl_over_ours']:.2f}  ours' MFU "
+                print(f"round {row['round']}  {size:<5} {algorithm:<5}  TRL {measured['trl']['s_per_step']:.3f} "
+                      f"(generate {measured['trl']['generate']:.3f})  ours {measured['ours']['s_per_step']:.3f} "
+                      f"(generate {measured['ours']['generate']:.3f})  TRL/ours {row['trl_over_ours']:.2f}  ours' MFU "
                       f"generate {percent(measured['ours']['mfu/generate'])} update {percent(measured['ours']['mfu/update'])}",
                       flush=True)
 
     print()
     print("| size | algorithm | TRL s/step (rounds) | ours s/step (rounds) | TRL / ours (rounds) | median "
-          "| ours' MFU generate / update (median) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          "| TRL / ours: generate, rest (medians) | ours' MFU generate / update (median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for size in sizes:
         for algorithm in algorithms:
             mine = [r for r in rows if r["size"] == size and r["algorithm"] == algorithm]
@@ -101,8 +110,11 @@ def main() -> None:
             ours = ", ".join(f"{r['ours']['s_per_step']:.3f}" for r in mine)
             ratios = [r["trl_over_ours"] for r in mine]
             mfu = " / ".join(percent(statistics.median(r["ours"][key] for r in mine)) for key in ("mfu/generate", "mfu/update"))
+            phases = ", ".join(f"{statistics.median(phase_seconds(r, 'trl', name) for r in mine):.3f} / "
+                               f"{statistics.median(phase_seconds(r, 'ours', name) for r in mine):.3f}"
+                               for name in ("generate", "rest"))
             print(f"| {size} | {algorithm} | {trl} | {ours} | {', '.join(f'{x:.2f}' for x in ratios)} | "
-                  f"{statistics.median(ratios):.2f} | {mfu} |")
+                  f"{statistics.median(ratios):.2f} | {phases} | {mfu} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
