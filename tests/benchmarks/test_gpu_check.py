@@ -28,7 +28,18 @@ def gpu_check():
         sys.path.remove(str(BENCHMARKS))
 
 
-def test_the_engine_check_trains_float32_masters_under_bf16_compute_on_cpu(gpu_check):
+@pytest.fixture
+def own_process_group():
+    """FSDP2 at world 1 starts a process group in this process; leave none behind for later tests."""
+    import torch.distributed as dist
+
+    started_here = not dist.is_initialized()
+    yield
+    if started_here and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def test_the_engine_check_trains_float32_masters_under_bf16_compute_on_cpu(gpu_check, own_process_group):
     results = gpu_check.engine_check(prompts=2, samples=2, response=8, model_config=TINY_QWEN, device="cpu")
     assert results["engine_master_dtypes"] == ["torch.float32"]
     assert results["engine_masters_moved"] is True  # lr 1e-6 under bf16 compute still moves the masters
