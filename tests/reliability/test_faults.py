@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +18,26 @@ REPO = Path(__file__).resolve().parents[2]
 QUICK = ["rollout.max_new_tokens=8", "trainer.batch_size=4", "trainer.mini_batch_size=4", "data.num_train=16"]
 
 
+@contextlib.contextmanager
+def sigint_not_ignored() -> Iterator[None]:
+    """A suite started in the background (``cmd &`` in a script) runs with SIGINT ignored, and a child
+    inherits that: Python then never turns Ctrl-C into KeyboardInterrupt. A handled signal is reset to
+    the default at exec, so the child starts as it would from a terminal."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def launch(output_dir: Path, *overrides: str, recipe: str = "recipes/quickstart.yaml") -> subprocess.Popen:
-    """Start `rlhfctl train` as a user would, with plain (non-terminal) output."""
+    """Start `rlhfctl train` as a user would from a terminal, with plain (non-terminal) output."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "rlhfctl.cli", "train", recipe, f"trainer.output_dir={output_dir}", *QUICK, *overrides],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    with sigint_not_ignored():
+        return subprocess.Popen(
+            [sys.executable, "-m", "rlhfctl.cli", "train", recipe, f"trainer.output_dir={output_dir}", *QUICK, *overrides],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
 
 
 def wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | None = None) -> None:
