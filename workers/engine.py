@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlhfctl.models.loading import resolve_dtype
+from rlhfctl.models.loading import cast_parameters, resolve_dtype
 from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home of the strategy default
 from rlhfctl.single_controller import register_dispatch_mode
 from rlhfctl.single_controller.worker import free_port
@@ -43,6 +43,7 @@ __all__ = [
     "STRATEGIES",
     "EngineSettings",
     "clip_grad_norm",
+    "collective_device",
     "engine_settings",
     "full_state_dict",
     "full_state_items",
@@ -181,7 +182,9 @@ def shard_model(module: nn.Module, settings: EngineSettings, device: torch.devic
     """Place ``module`` by ``settings``; returns what training runs through (FSDP2: the module itself)."""
     if settings.strategy == "fsdp2":
         _fully_shard(module, settings, device)
-        if not settings.cpu_offload:
+        if settings.cpu_offload:
+            _buffers_to(module, device)  # the parameters stay on the host, managed by the offload policy
+        else:
             module.to(device)
         return module
     module.to(device)
@@ -215,34 +218,62 @@ def materialize(
 ) -> tuple[nn.Module, nn.Module]:
     """Build, cast and place a role's model; returns ``(module, model)`` (see :func:`shard_model`).
 
-    ``build(model_cfg)`` loads the weights (and applies LoRA, activation checkpointing). Under FSDP2 at
-    world > 1 only rank 0 builds real weights; the other ranks build on the meta device and receive
-    their shards by broadcast, so no rank but one ever holds the whole model during load.
+    ``build(model_cfg)`` loads the weights (and applies LoRA, activation checkpointing). Only parameters
+    are cast to the storage dtype: floating buffers (rotary ``inv_freq``) stay float32, as
+    ``from_pretrained`` keeps them. Under FSDP2 at world > 1 only rank 0 builds real weights; the other
+    ranks build on the meta device and receive their shards by broadcast, so no rank but one ever holds
+    the whole model during load.
     """
     if settings.strategy != "fsdp2" or _world() == 1:
-        module = build(model_cfg)
-        module.to(settings.storage_dtype)
+        module = cast_parameters(build(model_cfg), settings.storage_dtype)
         return module, shard_model(module, settings, device)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     if _rank() == 0:
-        full = build(model_cfg).to(settings.storage_dtype)
+        full = cast_parameters(build(model_cfg), settings.storage_dtype)
         state = full.state_dict()
         buffers = {name: buffer for name, buffer in full.named_buffers()}
     else:
         with torch.device("meta"):
-            full = build(_meta_model_cfg(model_cfg)).to(settings.storage_dtype)
+            full = cast_parameters(build(_meta_model_cfg(model_cfg)), settings.storage_dtype)
         state, buffers = {}, {}
     names = [name for name, _ in full.named_buffers()]
     _fully_shard(full, settings, device)
-    full.to_empty(device="cpu" if settings.cpu_offload else device)
+    # The broadcasts run where the group's backend can reach: NCCL only moves device tensors, so the
+    # shards load on the device even with cpu_offload, and move to the host once loaded.
+    full.to_empty(device=collective_device(device) if settings.cpu_offload else device)
     set_model_state_dict(full, state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
     for name, buffer in full.named_buffers():  # non-persistent buffers (rotary inv_freq) are not in the state
         if name in names:
             if _rank() == 0:
                 buffer.copy_(buffers[name].to(buffer.device))
             dist.broadcast(buffer, src=0)
+    if settings.cpu_offload:
+        _offload_parameters(full, device)
     return full, full
+
+
+def collective_device(device: torch.device) -> torch.device:
+    """Where tensors must live for the group's collectives: the role's device under NCCL, the CPU under gloo."""
+    return device if _nccl_group() else torch.device("cpu")
+
+
+def _nccl_group() -> bool:
+    """Whether the default group runs NCCL, which moves device tensors only (a CPU tensor fails there)."""
+    return dist.is_initialized() and "nccl" in str(dist.get_backend())
+
+
+def _offload_parameters(module: nn.Module, device: torch.device) -> None:
+    """FSDP2 offload: the sharded parameters on the host (the offload policy moves them in for compute),
+    the buffers on the compute device, where the forward reads them."""
+    module.to("cpu")
+    _buffers_to(module, device)
+
+
+def _buffers_to(module: nn.Module, device: torch.device) -> None:
+    with torch.no_grad():
+        for buffer in module.buffers():
+            buffer.data = buffer.data.to(device)
 
 
 # --------------------------------------------------------------------------- running
@@ -287,7 +318,7 @@ def _full_tensor(tensor: Any) -> torch.Tensor:
     if not isinstance(tensor, DTensor):
         return tensor
     local = tensor.to_local()
-    if local.device.type == "cpu" and dist.get_backend() == "nccl":
+    if local.device.type == "cpu" and _nccl_group():
         moved = DTensor.from_local(local.cuda(), tensor.device_mesh, tensor.placements, shape=tensor.shape, stride=tensor.stride())
         return moved.full_tensor().to(local.device)
     return tensor.full_tensor()

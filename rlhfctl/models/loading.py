@@ -59,6 +59,7 @@ __all__ = [
     "CausalLMWithValueHead",
     "ModelConfigError",
     "build_config",
+    "cast_parameters",
     "inline_config_class",
     "load_causal_lm",
     "load_sequence_classifier",
@@ -182,8 +183,23 @@ def _random_weights(make: Callable[..., nn.Module], config: PretrainedConfig, kw
         model = make(config, **kwargs)
     value = resolve_dtype(dtype)
     if value is not None and value != "auto":
-        model = model.to(value)
+        cast_parameters(model, value)
     return model
+
+
+def cast_parameters(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """Cast ``module``'s floating parameters to ``dtype`` in place, keeping its buffers as they are.
+
+    ``module.to(dtype)`` would also cast floating buffers, such as the rotary embedding's ``inv_freq``:
+    bf16 rounding of it turns into angle errors that grow with the position (about 0.6 rad at position
+    500 for rope_theta 1e6, head_dim 128). ``from_pretrained(dtype=...)`` keeps those buffers float32,
+    and so does this. Tied parameters stay tied: each Parameter object keeps its identity.
+    """
+    with torch.no_grad():
+        for parameter in module.parameters():
+            if parameter.is_floating_point() and parameter.dtype != dtype:
+                parameter.data = parameter.data.to(dtype)
+    return module
 
 
 @contextlib.contextmanager
