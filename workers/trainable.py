@@ -14,6 +14,7 @@ from torch import nn
 
 from rlhfctl.models.loading import resolve_dtype
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import export_dtype
 from rlhfctl.single_controller import Dispatch, register
 from workers.checkpointing import load_role_state, role_directory, save_hf_directory, save_role_state
 from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
@@ -43,10 +44,9 @@ class TrainableRoleWorker(RoleWorker):
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
 
-    def _export_dtype(self) -> torch.dtype | None:
-        """``trainer.export_dtype``, or None: keep the master precision."""
-        value = trainer_config(self.recipe).get("export_dtype")
-        return None if value in (None, "auto") else resolve_dtype(value)  # type: ignore[return-value]
+    def _export_dtype(self) -> torch.dtype:
+        """The dtype of the Hugging Face export: ``trainer.export_dtype``, else the role's compute dtype."""
+        return resolve_dtype(export_dtype(trainer_config(self.recipe), self.engine.compute_dtype))  # type: ignore[return-value]
 
     def _write_hf(self, target: Path) -> Path:
         return save_hf_directory(self.module, self.tokenizer, target, self._export_dtype())

@@ -9,7 +9,9 @@ the other keys are known is decided here and nowhere else:
 - whether the step needs a separate old-log-prob pass, :func:`needs_old_log_probs`;
 - the rows of one optimizer step on one rank, :func:`samples_per_rank`;
 - a role's learning-rate warmup (``roles.critic.warmup_steps`` > 0 replaces ``optim.warmup_steps``),
-  :func:`warmup_steps`.
+  :func:`warmup_steps`;
+- the dtype of a role's Hugging Face export (``trainer.export_dtype``, null: the role's compute dtype),
+  :func:`export_dtype`.
 
 The trainer, ``validate`` / ``inspect-dispatch`` (:mod:`rlhfctl.recipe.arithmetic`,
 :mod:`rlhfctl.recipe.dataflow`) and the role workers (``workers/recipe.py``) read these. The functions
@@ -29,6 +31,7 @@ __all__ = [
     "TRAINER_FALLBACKS",
     "EffectiveRecipe",
     "RoleUpdate",
+    "export_dtype",
     "needs_old_log_probs",
     "present_roles",
     "reference_source",
@@ -137,6 +140,16 @@ def warmup_steps(role_section: Any, optim_section: Any) -> int:
     """Learning-rate warmup of a role's optimizer: the role's own ``warmup_steps`` when > 0, else ``optim.warmup_steps``."""
     own = int(role_section.get("warmup_steps") or 0)
     return own if own > 0 else int(optim_section.get("warmup_steps") or 0)
+
+
+def export_dtype(trainer_section: Any, compute_dtype: Any) -> Any:
+    """The dtype of a trained role's Hugging Face weights (checkpoints' ``hf/``, ``export_hf``): ``trainer.export_dtype``,
+    or the role's compute dtype (``model.dtype`` as the engine resolves it) when that is null or ``auto``.
+
+    Not the float32 master precision by default: a bf16 role's export is half the size, and is what it computes in.
+    """
+    value = trainer_section.get("export_dtype")
+    return compute_dtype if value in (None, "auto") else value
 
 
 @dataclass(frozen=True)

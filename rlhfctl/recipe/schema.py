@@ -272,7 +272,7 @@ class TrainerConfig:
     log_every: int = _field(1, "print and log metrics every this many steps", min=1)
     balance_batch: bool = _field(False, "ppo: reorder samples before the updates so each data-parallel rank gets a similar number of tokens")
     overlap_rollout: bool = _field(True, "ppo: send the next step's prompts before the current step ends; the actor's ranks generate right after the update, so the rollout stays on-policy")
-    export_dtype: Optional[str] = _field(None, "dtype of the weights in checkpoints' hf/ directories and export_hf (null: the master precision, float32 for trained roles)", choices="dtypes")
+    export_dtype: Optional[str] = _field(None, "dtype of the weights in checkpoints' hf/ directories and export_hf (null or auto: the role's compute dtype, its model.dtype; float32 keeps the master precision)", choices="dtypes")
     export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")
     overwrite: bool = _field(False, "clear the run files of a previous run in output_dir before starting (with resume: never a used output_dir is refused otherwise)")
     loggers: List[str] = _field(doc="where metrics go: console, jsonl (output_dir/metrics.jsonl), tensorboard (output_dir/tensorboard), wandb, mlflow", factory=lambda: ["console", "jsonl"])

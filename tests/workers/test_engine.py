@@ -116,6 +116,7 @@ def changed_share(before: Path, after: Path) -> float:
 
 def test_bf16_compute_keeps_float32_master_weights_that_move_at_lr_1e6(tmp_path):
     recipe = engine_recipe(model={"dtype": "bfloat16"}, optim={"lr": 1e-6})
+    recipe["trainer"]["export_dtype"] = "float32"  # export the masters themselves, not their bf16 rounding
     with local_group(ActorWorker, recipe, "actor") as actor:
         worker = actor.workers[0]
         assert all(p.dtype == torch.float32 for p in worker.module.parameters())
@@ -137,6 +138,7 @@ def test_fsdp2_bf16_and_lora_under_fsdp2(ray_session, tmp_path):
     from transformers import AutoModelForCausalLM
 
     recipe = engine_recipe(strategy="fsdp2", model={"dtype": "bfloat16"}, optim={"lr": 1e-6})
+    recipe["trainer"]["export_dtype"] = "float32"  # export the masters themselves, not their bf16 rounding
     with ray_group(recipe, "engine-bf16") as group:
         group.export_hf(str(tmp_path / "before"))
         group.update_actor(fixed_batch())
