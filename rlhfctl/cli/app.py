@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Optional
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import typer
+from typer.core import TyperGroup
 
 import rlhfctl
 from rlhfctl.cli.inspect_dispatch import inspect_dispatch
@@ -15,7 +18,37 @@ from rlhfctl.cli.validate import validate
 
 __all__ = ["app", "main"]
 
+
+class OneLineErrors(TyperGroup):
+    """The command group whose usage errors (a bad option value, a missing argument) print the one-line
+    ``error: <option>: <what is wrong>`` that every other user error prints, and exit 2."""
+
+    def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
+             complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        from rlhfctl.cli.console import make_console, print_error
+        from rlhfctl.cli.errors import EXIT_INTERRUPTED, EXIT_USER, click_exceptions, usage_message
+
+        clicks = click_exceptions()
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except getattr(clicks, "NoArgsIsHelpError", ()) as shown:
+            shown.show()  # the help text, as click shows it
+            sys.exit(0)
+        except clicks.UsageError as error:
+            print_error(make_console(stderr=True), usage_message(error))
+            sys.exit(EXIT_USER)
+        except clicks.ClickException as error:
+            print_error(make_console(stderr=True), " ".join(error.format_message().split()))
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="rlhfctl",
     help=(
         "RLHF training from YAML recipes on a single controller whose data flow you can see.\n\n"

@@ -13,6 +13,10 @@ import contextlib
 import traceback
 from collections.abc import Iterator
 
+import sys
+from types import ModuleType
+from typing import Any
+
 import typer
 from rich.console import Console
 
@@ -20,7 +24,7 @@ from rlhfctl.cli.console import print_error, print_line
 from rlhfctl.errors import Diverged, UserError, WorkerLost, is_user_error
 
 __all__ = ["EXIT_DIVERGED", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USER", "EXIT_WORKER_FAILED",
-           "exit_code_for", "guarded", "user_message"]
+           "click_exceptions", "exit_code_for", "guarded", "usage_message", "user_message"]
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -58,6 +62,27 @@ def user_message(error: BaseException) -> str:
         return f"{role}.{method} (rank {rank}): {detail}"
     text = str(error).strip() or type(error).__name__
     return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def click_exceptions() -> ModuleType:
+    """The module of the usage-error classes typer raises: click's, or the copy of click that newer typer ships."""
+    return sys.modules[typer.BadParameter.__module__]
+
+
+def usage_message(error: Any) -> str:
+    """The one-line message for a command-line usage error: ``<option or argument>: <what is wrong>``."""
+    clicks = click_exceptions()
+    if isinstance(error, clicks.BadParameter) and not isinstance(error, clicks.MissingParameter):
+        hint = error.param_hint
+        if hint is None and error.param is not None:
+            hint = list(getattr(error.param, "opts", None) or []) or error.param.name
+        if hint:
+            hint = hint if isinstance(hint, str) else " / ".join(hint)
+            message = str(error.message).removeprefix("Value error, ")  # newer typer's wording of a bad choice
+            return f"{hint.strip(chr(39)).strip(chr(34))}: {message}"
+    text = " ".join(error.format_message().split())
+    command = error.ctx.command_path if error.ctx is not None else "rlhfctl"
+    return f"{text} (see {command} -h)"
 
 
 @contextlib.contextmanager

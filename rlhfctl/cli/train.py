@@ -46,6 +46,9 @@ def train(
         if not report.ok:
             render_issues(err, report)
             raise typer.Exit(EXIT_USER)
+        from rlhfctl.trainer.output_dir import check_output_dir
+
+        check_output_dir(cfg)  # a used output_dir is refused before the run header is printed
         if not quiet:
             render_essentials(console, cfg, path, report)
             render_issues(console, report)

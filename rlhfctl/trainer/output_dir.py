@@ -17,7 +17,7 @@ from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.trainer import checkpoint
 
-__all__ = ["RUN_ENTRIES", "holds_previous_run", "prepare_output_dir"]
+__all__ = ["RUN_ENTRIES", "check_output_dir", "holds_previous_run", "prepare_output_dir"]
 
 #: What a run writes into its output_dir; ``trainer.overwrite`` removes exactly these and nothing else.
 RUN_ENTRIES: tuple[str, ...] = ("metrics.jsonl", "samples.jsonl", "trace.json", "workers.json", "recipe.yaml",
@@ -33,23 +33,32 @@ def holds_previous_run(output_dir: Path) -> bool:
     return root.is_dir() and any(root.glob("step_*"))
 
 
-def prepare_output_dir(cfg: DictConfig) -> None:
-    """Refuse (RecipeError, exit 2) a fresh run into a used output_dir; clear it first with ``trainer.overwrite``."""
+def check_output_dir(cfg: DictConfig) -> bool:
+    """Refuse (RecipeError, exit 2) a fresh run into a used output_dir; True when ``trainer.overwrite`` will clear it.
+
+    Touches nothing, so a command can call it before it prints anything."""
     trainer = cfg.trainer
     output_dir = Path(trainer.output_dir)
     if str(trainer.resume) != "never" or not holds_previous_run(output_dir):
-        return
+        return False
     if trainer.get("overwrite"):
-        for name in RUN_ENTRIES:
-            entry = output_dir / name
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            elif entry.exists() or entry.is_symlink():
-                entry.unlink()
-        return
+        return True
     raise RecipeError(
         f"trainer.output_dir: {output_dir} already holds a run (metrics.jsonl or checkpoints); "
         "continue it with trainer.resume=auto, pick another trainer.output_dir, "
         "or pass trainer.overwrite=true to clear it first",
         key_path="trainer.output_dir",
     )
+
+
+def prepare_output_dir(cfg: DictConfig) -> None:
+    """Refuse a fresh run into a used output_dir (:func:`check_output_dir`); clear it first with ``trainer.overwrite``."""
+    if not check_output_dir(cfg):
+        return
+    output_dir = Path(cfg.trainer.output_dir)
+    for name in RUN_ENTRIES:
+        entry = output_dir / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
