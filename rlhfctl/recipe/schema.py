@@ -201,7 +201,7 @@ class VllmRolloutConfig:
     enable_sleep_mode: bool = _field(True, "GPU: free the engine's weights and KV cache while the actor trains, and wake it for the weight sync and the next rollout")
     cpu_kv_cache_gib: float = _field(0.5, "CPU: KV-cache space of the engine in GiB (vLLM's own default would take most of the RAM)", min_exclusive=0)
     sync_bucket_mib: float = _field(256, "weights gathered from the shards per bucket of the in-memory sync after each update (bounds its peak memory)", min_exclusive=0)
-    enforce_eager: bool = _field(True, "run the engine eagerly (false: let vLLM compile the model and, on GPU, capture CUDA graphs; slower start)")
+    enforce_eager: Optional[bool] = _field(None, "run the engine eagerly (false: let vLLM compile the model and, on GPU, capture CUDA graphs; slower start; null: auto, false on CUDA and true on the CPU)")
     log_level: str = _field("ERROR", "vLLM's own log level (VLLM_LOGGING_LEVEL, when that is not set already)", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
