@@ -316,8 +316,8 @@ def check_token_budgets(cfg: Any) -> list[Issue]:
 
 
 # ---------------------------------------------------------------------------------- rollout engine
-# rollout.engine: vllm is checked before any worker starts, so a missing extra or a model family vLLM
-# cannot run is exit 2.
+# rollout.engine: vllm is checked before any worker starts, so a missing extra, a vLLM older than the sync
+# needs (workers.sampling.vllm_engine.VLLM_MIN_VERSION) or a model family vLLM cannot run is exit 2.
 # Used when vllm is not importable here (the error then is the missing extra; this only names the family).
 _KNOWN_ARCHITECTURES = frozenset({"Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
                                   "GPT2LMHeadModel", "GPTNeoXForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"})
@@ -326,17 +326,20 @@ _CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 def check_rollout_engine(cfg: Any) -> list[Issue]:
-    """Errors for ``rollout.engine: vllm`` without vllm, with an unsupported model, or on the local backend."""
+    """Errors for ``rollout.engine: vllm`` without vllm, with a vLLM too old, an unsupported model, or on the local backend."""
     rollout = cfg.rollout
     if rollout.get("engine", "hf") != "vllm":
         if rollout.get("importance_cap") is not None:
             return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
                             "(the actor samples and scores with the same weights and code)")]
         return []
-    from workers.sampling.vllm_engine import VLLM_INSTALL_HINT, vllm_installed
+    from workers.sampling import vllm_engine
 
-    if not vllm_installed():
-        return [error("rollout.engine", f"rollout.engine: vllm needs the vllm package, which does not import here; {VLLM_INSTALL_HINT}")]
+    if not vllm_engine.vllm_installed():
+        return [error("rollout.engine", f"rollout.engine: vllm needs the vllm package, which does not import here; {vllm_engine.VLLM_INSTALL_HINT}")]
+    too_old = vllm_engine.vllm_version_problem()
+    if too_old is not None:  # the sync would fail inside every actor rank instead
+        return [error("rollout.engine", too_old)]
     issues = []
     actor = cfg.roles.get("actor")
     if actor is not None:
