@@ -90,9 +90,8 @@ def _show_trace(console: Any, run_dir: Path, role: Optional[str], method: Option
 # ---------------------------------------------------------------------------------- recipe mode
 def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Optional[int]) -> dict[str, Any]:
     """The dispatch plan of a recipe (rlhfctl.recipe.dispatch_plan.build_dispatch_plan)."""
+    cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
     from rlhfctl.recipe.dispatch_plan import build_dispatch_plan
-
-    cfg, path = load_for_command(recipe, overrides)
     from rlhfctl.recipe.stages import check_ppo_family
 
     check_ppo_family(cfg, "inspect-dispatch")

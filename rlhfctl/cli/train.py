@@ -36,12 +36,12 @@ def train(
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
+        cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
         from rlhfctl.cli.essentials import render_essentials
         from rlhfctl.cli.reporters import make_reporter
         from rlhfctl.cli.validate import render_issues
         from rlhfctl.recipe.validate import validate_recipe
 
-        cfg, path = load_for_command(recipe, overrides)
         report = validate_recipe(cfg)
         if not report.ok:
             render_issues(err, report)
