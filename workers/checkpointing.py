@@ -6,7 +6,8 @@ Layout of ``<directory>/<role>/``::
     state/                     model + optimizer through torch.distributed.checkpoint (each rank writes
                                its shards; loads at any world size and under either strategy)
     hf/                        the model as a Hugging Face directory (config, safetensors, tokenizer,
-                               generation config; LoRA merged), loadable without rlhfctl
+                               generation config; LoRA merged), loadable without rlhfctl; in the
+                               caller's dtype (the workers pass the role's compute dtype by default)
     adapter/                   with LoRA: adapter_config.json + adapter_model.safetensors
     scheduler.pt               scheduler.state_dict()
     worker_state.pt            {"rng": rank 0's RNG, "rank_rng": [every rank's RNG], "counters": {...}}
@@ -17,6 +18,12 @@ With LoRA the state holds the adapter and its optimizer only (the base weights s
 is written to a staging sibling and renamed by rank 0 once every rank has written, so an interrupted
 save never leaves a half-written checkpoint. Format 1 (``model.safetensors`` written by rank 0) still
 loads into an unsharded model.
+
+:func:`start_role_save` with ``asynchronous=True`` writes ``state/`` with
+``torch.distributed.checkpoint.async_save``: the state is copied to CPU memory before it returns, then
+a background thread writes it (its collectives on a gloo group of their own, :func:`checkpoint_group`,
+so they never interleave with training's), while the caller trains on. :meth:`PendingRoleSave.complete`
+waits for that write and only then renames the staging directory into place.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +46,17 @@ from workers.engine import full_state_dict
 from workers.lora import is_lora, load_adapter
 from workers.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
 
-__all__ = ["ADAPTER_DIR", "HF_DIR", "STATE_DIR", "load_role_state", "role_directory", "save_hf_directory", "save_role_state"]
+__all__ = [
+    "ADAPTER_DIR",
+    "HF_DIR",
+    "STATE_DIR",
+    "PendingRoleSave",
+    "checkpoint_group",
+    "load_role_state",
+    "role_directory",
+    "save_hf_directory",
+    "start_role_save",
+]
 
 MODEL_FILE = "model.safetensors"
 STATE_DIR = "state"
@@ -122,7 +141,54 @@ def _save_adapter(module: nn.Module, target: Path) -> None:
         module.peft_config[module.active_adapter].save_pretrained(str(target))
 
 
-def save_role_state(
+def checkpoint_group() -> Any:
+    """A gloo group for background checkpoint writes (None without a process group); every rank calls it in turn.
+
+    ``async_save`` runs its collectives (plan and metadata exchange) in its writer thread. On the group
+    that training uses they could interleave differently on two ranks with the next step's collectives;
+    on a group of their own they cannot. It is gloo because the staged state is on the CPU.
+    """
+    return dist.new_group(backend="gloo") if dist.is_initialized() else None
+
+
+@dataclass
+class PendingRoleSave:
+    """A role's save whose ``state/`` may still be writing; :meth:`complete` waits and moves it into place."""
+
+    target: Path
+    staging: Path
+    write: Future | None  # the background write of state/ (async_save); None when it was written before returning
+
+    def written(self) -> bool:
+        """Whether this rank's ``state/`` write has finished."""
+        return self.write is None or self.write.done()
+
+    def complete(self) -> Path:
+        """Every rank calls this: wait for the write, then rank 0 renames the staging directory to ``target``."""
+        if self.write is not None:
+            self.write.result()  # re-raises the writer thread's error: the staging directory stays, ignored
+        _barrier()
+        if _rank() == 0:
+            if self.target.exists():
+                shutil.rmtree(self.target)
+            os.replace(self.staging, self.target)
+        _barrier()
+        return self.target
+
+
+def _write_state(state: dict[str, Any], path: Path, asynchronous: bool, process_group: Any) -> Future | None:
+    """Write the sharded state to ``path``: at once, or staged to CPU memory and written by a thread (its future)."""
+    import torch.distributed.checkpoint as dcp
+
+    no_dist = not dist.is_initialized()
+    if not asynchronous:
+        dcp.save(state, checkpoint_id=str(path), no_dist=no_dist)
+        return None
+    response = dcp.async_save(state, checkpoint_id=str(path), process_group=process_group, no_dist=no_dist)
+    return getattr(response, "upload_completion", response)  # an AsyncSaveResponse when staging is itself async
+
+
+def start_role_save(
     target: Path,
     *,
     module: nn.Module,
@@ -132,21 +198,23 @@ def save_role_state(
     info: dict[str, Any],
     write_hf: Callable[[Path], None],
     rank_rng: list[dict[str, Any]] | None = None,
-) -> Path:
-    """Every rank calls this: write the role's state to ``target`` (replacing what was there); returns ``target``.
+    asynchronous: bool = False,
+    process_group: Any = None,
+) -> PendingRoleSave:
+    """Every rank calls this: write the role's state next to ``target``; :meth:`PendingRoleSave.complete` finishes it.
 
-    ``rank_rng`` holds every rank's RNG state in rank order (:func:`workers.seeding.gather_rng_states`);
-    without it, only rank 0's state is saved.
+    With ``asynchronous`` the sharded state is copied to CPU memory and written in the background
+    (collectives on ``process_group``, :func:`checkpoint_group`); the Hugging Face directory and the small
+    files are written before this returns. ``rank_rng`` holds every rank's RNG state in rank order
+    (:func:`workers.seeding.gather_rng_states`); without it, only rank 0's state is saved.
     """
-    import torch.distributed.checkpoint as dcp
-
     staging = target.parent / f".{target.name}.saving"
     if _rank() == 0:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
     _barrier()
-    dcp.save(_sharded_state(module, optimizer), checkpoint_id=str(staging / STATE_DIR), no_dist=not dist.is_initialized())
+    write = _write_state(_sharded_state(module, optimizer), staging / STATE_DIR, asynchronous, process_group)
     write_hf(staging / HF_DIR)
     lora = is_lora(module)
     if lora:
@@ -156,13 +224,7 @@ def save_role_state(
         rank_rng = rank_rng or [capture_rng_state()]
         torch.save({"rng": rank_rng[0], "rank_rng": rank_rng, "counters": dict(counters)}, staging / WORKER_STATE_FILE)
         (staging / INFO_FILE).write_text(json.dumps({**info, "lora": lora, "format": FORMAT}, indent=2) + "\n")
-    _barrier()
-    if _rank() == 0:
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    _barrier()
-    return target
+    return PendingRoleSave(target, staging, write)
 
 
 def _load(path: Path, device: torch.device | str = "cpu") -> Any:
@@ -180,7 +242,7 @@ def load_role_state(
     device: torch.device,
     rank: int = 0,
 ) -> dict[str, int]:
-    """Every rank calls this: restore what :func:`save_role_state` wrote (at any world size), with ``rank``'s
+    """Every rank calls this: restore what :func:`start_role_save` wrote (at any world size), with ``rank``'s
     own RNG state (see :func:`workers.seeding.rng_state_for_rank` for another number of ranks); returns the counters."""
     if not source.is_dir():
         raise FileNotFoundError(f"no checkpoint for this role at {source}")

@@ -16,7 +16,8 @@ from rlhfctl.models.loading import resolve_dtype
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import export_dtype
 from rlhfctl.single_controller import Dispatch, register
-from workers.checkpointing import load_role_state, role_directory, save_hf_directory, save_role_state
+from workers.checkpointing import (PendingRoleSave, checkpoint_group, load_role_state, role_directory, save_hf_directory,
+                                  start_role_save)
 from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
 from workers.recipe import trainer_config
 from workers.role import RoleWorker
@@ -43,6 +44,8 @@ class TrainableRoleWorker(RoleWorker):
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
+        self._pending_save: PendingRoleSave | None = None  # a save_checkpoint(blocking=False) still writing
+        self._save_group: Any = None  # the gloo group of this role's background checkpoint writes
 
     def _export_dtype(self) -> torch.dtype:
         """The dtype of the Hugging Face export: ``trainer.export_dtype``, else the role's compute dtype."""
@@ -118,12 +121,20 @@ class TrainableRoleWorker(RoleWorker):
         return metrics
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, directory: str) -> str:
-        """Every rank writes its shards of ``<directory>/<role>/`` (plus rank 0 the HF directory); returns it."""
+    def save_checkpoint(self, directory: str, blocking: bool = True) -> str:
+        """Every rank writes its shards of ``<directory>/<role>/`` (plus rank 0 the HF directory); returns it.
+
+        With ``blocking=False`` the sharded state is copied to CPU memory and written in the background:
+        the call returns once the copy and the HF directory are done, and ``finish_checkpoint`` waits for
+        the write and moves the directory into place. A save still writing is finished first.
+        """
         self._require_model()
+        self.finish_checkpoint()
         target = role_directory(directory, self.role)
         rank_rng = gather_rng_states()  # a collective: every rank sends its own RNG state to rank 0
-        save_role_state(
+        if not blocking and self._save_group is None:
+            self._save_group = checkpoint_group()  # a collective too, once per role
+        pending = start_role_save(
             target,
             module=self.module,
             optimizer=self.optimizer,
@@ -133,13 +144,25 @@ class TrainableRoleWorker(RoleWorker):
                   "strategy": self.engine.strategy if self.engine else None, "world_size": self.world_size},
             write_hf=self._write_hf,
             rank_rng=rank_rng,
+            asynchronous=not blocking,
+            process_group=self._save_group,
         )
+        if blocking:
+            return str(pending.complete())
+        self._pending_save = pending
         return str(target)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def finish_checkpoint(self) -> str | None:
+        """Every rank waits for a ``save_checkpoint(blocking=False)`` still writing and moves it into place; its path, or None."""
+        pending, self._pending_save = self._pending_save, None
+        return None if pending is None else str(pending.complete())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, directory: str) -> None:
         """Every rank restores ``<directory>/<role>/`` written by ``save_checkpoint`` (at any world size)."""
         self._require_model()
+        self.finish_checkpoint()
         counters = load_role_state(
             role_directory(directory, self.role),
             module=self.module,

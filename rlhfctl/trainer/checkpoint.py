@@ -1,10 +1,17 @@
-"""Atomic checkpoints: write to a temporary directory, rename, then move the ``latest`` pointer."""
+"""Atomic checkpoints: write to a temporary directory, rename, then move the ``latest`` pointer.
+
+A save may finish later than it starts (the roles write their sharded state in the background):
+:func:`start_checkpoint` writes into ``step_N.tmp`` and returns a :class:`PendingCheckpoint`, whose
+``complete`` waits for the roles, renames and only then moves ``latest``. A crash before that leaves
+``latest`` on the previous complete checkpoint.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,27 +26,48 @@ def checkpoint_root(output_dir: str | Path) -> Path:
     return Path(output_dir) / "checkpoints"
 
 
-def save_checkpoint(output_dir: str | Path, step: int, driver_state: dict[str, Any],
-                    save_roles: Callable[[Path], None], keep_last: int = 0) -> Path:
-    """Write step ``step`` atomically: roles and driver state into ``step_N.tmp``, rename, update latest."""
+@dataclass
+class PendingCheckpoint:
+    """A started checkpoint: ``complete`` waits for the roles' writes, renames ``step_N.tmp`` and moves ``latest``."""
+
+    staging: Path
+    final: Path
+    wait_roles: Callable[[], None]
+    keep_last: int = 0
+
+    def complete(self) -> Path:
+        """Wait for the roles, rename into place, point ``latest`` at it, prune; returns the checkpoint's path."""
+        self.wait_roles()
+        if self.final.exists():
+            shutil.rmtree(self.final)
+        os.replace(self.staging, self.final)
+        root = self.final.parent
+        pointer_tmp = root / f"{LATEST}.tmp"
+        pointer_tmp.write_text(self.final.name)
+        os.replace(pointer_tmp, root / LATEST)
+        if self.keep_last > 0:
+            prune_checkpoints(root, self.keep_last)
+        return self.final
+
+
+def start_checkpoint(output_dir: str | Path, step: int, driver_state: dict[str, Any], save_roles: Callable[[Path], None],
+                     wait_roles: Callable[[], None] = lambda: None, keep_last: int = 0) -> PendingCheckpoint:
+    """Start step ``step``: ``save_roles`` (which may leave writes running) and the driver state into ``step_N.tmp``."""
     root = checkpoint_root(output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step}"
     staging = root / f"step_{step}.tmp"
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
     save_roles(staging)
     (staging / STATE_FILE).write_text(json.dumps(driver_state, indent=1))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
-    pointer_tmp = root / f"{LATEST}.tmp"
-    pointer_tmp.write_text(final.name)
-    os.replace(pointer_tmp, root / LATEST)
-    if keep_last > 0:
-        prune_checkpoints(root, keep_last)
-    return final
+    return PendingCheckpoint(staging, root / f"step_{step}", wait_roles, keep_last)
+
+
+def save_checkpoint(output_dir: str | Path, step: int, driver_state: dict[str, Any],
+                    save_roles: Callable[[Path], None], keep_last: int = 0) -> Path:
+    """Write step ``step`` atomically and wait: roles and driver state into ``step_N.tmp``, rename, update latest."""
+    return start_checkpoint(output_dir, step, driver_state, save_roles, keep_last=keep_last).complete()
 
 
 def prune_checkpoints(root: Path, keep_last: int) -> None:

@@ -80,6 +80,7 @@ def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
             trainer.setup()
             try:
                 trainer.fit()
+                trainer.wait_for_checkpoint()  # the last save's background write
             except KeyboardInterrupt:
                 _save_on_interrupt(trainer, cfg, reporter)
                 raise
@@ -105,14 +106,17 @@ def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
 
 
 def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter) -> None:
-    """On Ctrl-C, checkpoint the last completed step (if asked and not saved yet), best effort."""
+    """On Ctrl-C, finish the checkpoint still being written, then checkpoint the last completed step (if asked
+    and not saved yet) and wait for it; best effort."""
     trainer.write_trace()
     step = trainer.completed_step
-    if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
-        return
-    reporter.message(f"{sys.exc_info()[1] or 'interrupted'}: saving step {step} before exiting")
     try:
+        trainer.wait_for_checkpoint()
+        if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
+            return
+        reporter.message(f"{sys.exc_info()[1] or 'interrupted'}: saving step {step} before exiting")
         trainer.save(step)
+        trainer.wait_for_checkpoint()
     except BaseException as error:  # noqa: BLE001 - workers may be gone already; keep the older checkpoint
         reporter.message(f"could not save on interrupt ({type(error).__name__}: {error}); the previous checkpoint is kept")
 

@@ -39,6 +39,7 @@ class TrainerBase:
 
     def _start_runtime(self) -> None:
         self.start_step = self.completed_step = self.saved_step = 0
+        self.pending_checkpoint: checkpoint.PendingCheckpoint | None = None  # a save still writing
         # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
         self.trace = TraceRecorder()
         for group in self.groups.all():
@@ -96,16 +97,36 @@ class TrainerBase:
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, step: int) -> Path:
-        """An atomic checkpoint of every trainable role and the driver's own state."""
+        """Start an atomic checkpoint of every trainable role and the driver's own state; returns where it will be.
+
+        The roles write their sharded state in the background while training goes on; the previous save
+        is waited for first, and :meth:`wait_for_checkpoint` waits for this one (the end of the run does).
+        """
+        self.wait_for_checkpoint()
         state = {"step": step, "batcher": self.batcher_state(), **self.driver_state()}
+        groups = self.trainable_groups()
 
         def save_roles(directory: Path) -> None:
-            for group in self.trainable_groups():
-                group.save_checkpoint(str(directory))
+            for group in groups:
+                group.save_checkpoint(str(directory), blocking=False)
 
-        with safe_point_pending():  # a stop signal waits until the checkpoint is whole
-            path = checkpoint.save_checkpoint(self.output_dir, step, state, save_roles, keep_last=self.cfg.trainer.keep_last)
+        def wait_roles() -> None:
+            for group in groups:
+                group.finish_checkpoint()
+
+        with safe_point_pending():  # a stop signal waits until the roles have their state in hand
+            self.pending_checkpoint = checkpoint.start_checkpoint(
+                self.output_dir, step, state, save_roles, wait_roles, keep_last=self.cfg.trainer.keep_last)
         self.saved_step = step
+        return self.pending_checkpoint.final
+
+    def wait_for_checkpoint(self) -> Path | None:
+        """Wait for the checkpoint still being written, then move ``latest`` to it; returns its path (None: none)."""
+        pending, self.pending_checkpoint = self.pending_checkpoint, None
+        if pending is None:
+            return None
+        with safe_point_pending():  # a stop signal waits until the checkpoint is whole
+            path = pending.complete()
         self.reporter.message(f"saved checkpoint {path}")
         return path
 
@@ -139,7 +160,13 @@ class TrainerBase:
             self.reporter.message(f"the trace misses the last spans of a rank: {error}")
 
     def shutdown(self) -> None:
-        """Close the loggers and stop the worker processes."""
+        """Finish a checkpoint still being written (best effort), close the loggers and stop the worker processes."""
+        if getattr(self, "pending_checkpoint", None) is not None:  # the run stopped on an error
+            try:
+                self.wait_for_checkpoint()
+            except BaseException as error:  # noqa: BLE001 - the run is failing already; keep the older checkpoint
+                self.reporter.message(f"could not finish the last checkpoint ({type(error).__name__}: {error}); "
+                                      "the previous one is kept")
         metrics_log = getattr(self, "metrics_log", None)
         if metrics_log is not None:
             metrics_log.close()

@@ -1,13 +1,17 @@
-"""Atomic checkpoints and the metrics log's resume behaviour."""
+"""Atomic checkpoints (also when the roles finish writing later) and the metrics log's resume behaviour."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from omegaconf import OmegaConf
 
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.metrics import MetricsLog, first_non_finite, mean_over_ranks
+from rlhfctl.trainer.trainer_base import TrainerBase
 
 
 def _write_role(directory, value):
@@ -87,3 +91,82 @@ def test_a_non_finite_metric_stops_training_naming_metric_phase_and_step(tmp_pat
     with pytest.raises(TrainingDiverged, match=r"step 7: actor/pg_loss is nan \(phase: actor\).*last good checkpoint") as caught:
         PPOTrainer._check_finite(fake, 7, {"reward/mean": 0.5, "actor/pg_loss": float("nan")})
     assert exit_code_for(caught.value) == EXIT_DIVERGED == 4
+
+
+class BackgroundRole:
+    """A role group whose save leaves its directory unfinished until ``finish_checkpoint``; logs each call."""
+
+    def __init__(self, output_dir, log):
+        self.output_dir, self.log, self.pending = output_dir, log, None
+
+    def save_checkpoint(self, directory, blocking=True):
+        latest = checkpoint.read_latest(self.output_dir)
+        self.log.append(("save", Path(directory).name, latest.name if latest else None))
+        staging = Path(directory) / ".actor.saving"
+        _write_role(Path(directory), "w")
+        (Path(directory) / "actor").rename(staging)
+        self.pending = (staging, Path(directory) / "actor")
+
+    def finish_checkpoint(self):
+        self.log.append(("finish",))
+        staging, target = self.pending
+        staging.rename(target)
+
+    def shutdown(self):
+        self.log.append(("shutdown",))
+
+
+class BackgroundTrainer(TrainerBase):
+    """The checkpoint part of a trainer, on one :class:`BackgroundRole`."""
+
+    def __init__(self, output_dir):
+        self.output_dir, self.log = output_dir, []
+        self.cfg = OmegaConf.create({"trainer": {"keep_last": 0, "save_on_interrupt": True, "trace": False}})
+        self.reporter = SimpleNamespace(message=lambda text: self.log.append(("message", text)))
+        self.batcher = SimpleNamespace(state_dict=lambda: {"position": 0})
+        self.role = BackgroundRole(output_dir, self.log)
+        self.groups = self.role
+        self.start_step = self.completed_step = self.saved_step = 0
+        self.pending_checkpoint = None
+
+    def trainable_groups(self):
+        return [self.role]
+
+    def write_trace(self):
+        return None
+
+
+def test_a_trainer_save_leaves_latest_until_the_roles_finish_writing(tmp_path):
+    trainer = BackgroundTrainer(tmp_path)
+    assert trainer.save(1) == tmp_path / "checkpoints" / "step_1"
+    assert checkpoint.read_latest(tmp_path) is None  # a crash now resumes from scratch, not a half checkpoint
+    assert trainer.wait_for_checkpoint() == tmp_path / "checkpoints" / "step_1"
+    assert checkpoint.read_latest(tmp_path).name == "step_1"
+    assert (checkpoint.read_latest(tmp_path) / "actor" / "weights.txt").is_file()
+    assert trainer.wait_for_checkpoint() is None
+
+
+def test_the_next_trainer_save_waits_for_the_previous_one(tmp_path):
+    trainer = BackgroundTrainer(tmp_path)
+    trainer.save(1)
+    trainer.save(2)
+    saves = [entry for entry in trainer.log if entry[0] in ("save", "finish")]
+    assert saves == [("save", "step_1.tmp", None), ("finish",), ("save", "step_2.tmp", "step_1")]
+    assert checkpoint.read_latest(tmp_path).name == "step_1"
+
+
+def test_stopping_finishes_the_checkpoint_being_written(tmp_path):
+    from rlhfctl.trainer.run import _save_on_interrupt
+
+    trainer = BackgroundTrainer(tmp_path)
+    trainer.save(1)
+    trainer.completed_step = 2  # a step after the save, then Ctrl-C or SIGTERM
+    _save_on_interrupt(trainer, trainer.cfg, trainer.reporter)
+    assert [entry[0] for entry in trainer.log if entry[0] != "message"] == ["save", "finish", "save", "finish"]
+    assert checkpoint.read_latest(tmp_path).name == "step_2"
+
+    failing = BackgroundTrainer(tmp_path / "error")
+    failing.save(3)
+    failing.shutdown()  # the run stopped on an error: the pending save is still completed
+    assert checkpoint.read_latest(tmp_path / "error").name == "step_3"
+    assert failing.log[-1] == ("shutdown",)
