@@ -26,8 +26,15 @@ from workers.training import allreduce_mean
 
 __all__ = ["ActorWorker"]
 
+_PROBE_ROWS, _PROBE_PROMPT, _PROBE_RESPONSE = 2, 6, 4  # the first-sync probe: 2 fixed prompts of 6 tokens, 4 sampled each
 _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
 _OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob", "rollout_log_probs")
+
+
+def _base_config(module: torch.nn.Module) -> Any:
+    """The transformers config of a plain, DDP, FSDP2 or peft model."""
+    inner = getattr(module, "module", module)
+    return inner.get_base_model().config if hasattr(inner, "get_base_model") else inner.config
 
 
 class ActorWorker(TrainableRoleWorker):
@@ -84,7 +91,7 @@ class ActorWorker(TrainableRoleWorker):
         if not vllm_installed():
             raise VllmNotInstalled(f"rollout.engine: vllm needs vllm in the {self.role} workers: {VLLM_INSTALL_HINT}")
         prompt_length = int((self.recipe.get("data") or {}).get("max_prompt_length") or 32)
-        return VllmRolloutEngine(
+        engine = VllmRolloutEngine(
             self.module,
             role=self.role,
             rank=self.rank,
@@ -94,6 +101,37 @@ class ActorWorker(TrainableRoleWorker):
             max_model_len=context_length(self.module, prompt_length, int(self.rollout["max_new_tokens"])),
             dtype=str(self.model_cfg["dtype"]),
         )
+        try:
+            self._check_first_sync(engine)
+        except Exception:
+            engine.close()
+            raise
+        return engine
+
+    def _check_first_sync(self, engine: Any) -> None:
+        """Score a few fixed prompt tokens' samples with the engine and with the actor right after the first
+        sync; a mean |difference| above the tolerance means the engine samples from another model than the
+        one trained (a weight the sync missed, say), and stops the run with exit 2 before any step."""
+        from workers.sampling.vllm_engine import VllmSyncMismatch, probe_tolerance
+
+        vocab = min(int(len(self.tokenizer)), int(_base_config(self.module).vocab_size))
+        ids = (torch.arange(_PROBE_ROWS * _PROBE_PROMPT).reshape(_PROBE_ROWS, _PROBE_PROMPT) * 7 + 3) % vocab
+        prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+        params = SamplingParams(n=1, max_new_tokens=_PROBE_RESPONSE, temperature=1.0, top_p=1.0, top_k=0, do_sample=True)
+        probe = self._generate_with_vllm(prompts, params, derive_seed(self.seed, self.rank, "vllm-probe"), engine)
+        self.module.eval()
+        with serving(self.module, self.engine):
+            actor, _ = self._response_log_probs(probe, with_entropy=False)
+        mask = probe.batch["response_mask"].bool()
+        diff = float((actor.float() - probe.batch["rollout_log_probs"]).abs()[mask].mean())
+        tolerance = probe_tolerance(self.model_cfg["dtype"])
+        if not diff <= tolerance:  # NaN fails too
+            raise VllmSyncMismatch(
+                f"{self.role} rank {self.rank}: after the first weight sync the vLLM engine's log-probs differ from the "
+                f"actor's by {diff:.3g} on average (tolerance {tolerance:g}, {int(mask.sum())} probe tokens) for "
+                f"{engine.architecture}: the engine would sample from another model than the one trained. "
+                "Use rollout.engine: hf for this model, and report the architecture (docs/rollout.md)"
+            )
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
         """Engine phases (wake, sync, generate, sleep) run inside the last call, for the dispatch trace."""
@@ -120,12 +158,12 @@ class ActorWorker(TrainableRoleWorker):
         with serving(self.module, self.engine):
             return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
 
-    def _generate_with_vllm(self, prompts: DataProto, params: SamplingParams, seed: int) -> DataProto:
-        """The vllm engine's rollout, in the hf engine's layout plus ``rollout_log_probs``."""
+    def _generate_with_vllm(self, prompts: DataProto, params: SamplingParams, seed: int, engine: Any = None) -> DataProto:
+        """The vllm engine's rollout (``engine``, else this rank's), in the hf engine's layout plus ``rollout_log_probs``."""
         self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
         eos_ids = eos_token_ids(self.tokenizer, self.module)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
-        responses, response_mask, log_probs = self.rollout_engine.generate(
+        responses, response_mask, log_probs = (engine or self.rollout_engine).generate(
             self.module,
             prompts.batch["input_ids"],
             prompts.batch["attention_mask"],

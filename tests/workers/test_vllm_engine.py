@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -125,3 +126,41 @@ def test_an_engine_that_cannot_start_names_role_rank_and_reason_and_leaves_no_pr
     assert failure.value.detail.startswith("VllmEngineError: actor rank 0: the vLLM engine failed to start: ValueError: ")
     assert "memory" in failure.value.detail and exit_code_for(failure.value) == EXIT_USER
     assert {child.pid for child in psutil.Process().children(recursive=True)} <= children
+
+
+@pytest.mark.parametrize(("tied", "lora"), [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["untied", "tied", "untied-lora", "tied-lora"])
+def test_synced_engine_log_probs_equal_the_actors_for_tied_and_untied_heads_with_and_without_lora(tied, lora):
+    model = copy.deepcopy(VLLM_MODEL)
+    model["config"]["tie_word_embeddings"] = tied
+    actor = {"model": model, "optim": {"lr": 5e-2}, **({"lora": {"r": 4, "alpha": 8}} if lora else {})}
+    settings = {"engine": "vllm", "n": 2, "max_new_tokens": 8, "do_sample": True, "vllm": {"cpu_kv_cache_gib": 0.0625}}
+    with local_group(ActorWorker, tiny_recipe(rollout=settings, roles={"actor": actor}), "actor") as vl:
+        for step in range(2):  # the first sync (engine start), then the sync after an update (a LoRA delta != 0)
+            rollout = vl.generate_sequences(digits_prompts(4, seed=step))
+            old = vl.compute_log_prob(rollout).batch["old_log_probs"]
+            mask = rollout.batch["response_mask"].bool()
+            assert (old - rollout.batch["rollout_log_probs"]).abs()[mask].max().item() <= 1e-3, (tied, lora, step)
+            metrics = vl.update_actor(with_advantages(rollout, step).union(DataProto.from_dict({"old_log_probs": old})))[0]
+            assert metrics["rollout/logprob_diff"] <= 1e-3
+
+
+def test_a_sync_that_misses_a_weight_stops_at_the_first_sync_with_exit_2(monkeypatch):
+    from rlhfctl.cli.errors import EXIT_USER, exit_code_for
+    from rlhfctl.single_controller import WorkerMethodError
+    from workers.sampling import vllm_engine
+
+    real = vllm_engine.gathered_weights
+
+    def without_head(module, bucket_bytes, dtype=None):  # the engine's lm_head keeps its dummy weights
+        return ((name, tensor) for name, tensor in real(module, bucket_bytes, dtype) if name != "lm_head.weight")
+
+    monkeypatch.setattr(vllm_engine, "gathered_weights", without_head)
+    with pytest.raises(WorkerMethodError) as failure:
+        with local_group(ActorWorker, recipe("vllm"), "actor"):
+            pass
+    detail = failure.value.detail
+    assert detail.startswith("VllmSyncMismatch: actor rank 0: after the first weight sync the vLLM engine's log-probs differ"), detail
+    assert "Qwen2ForCausalLM" in detail and "tolerance 0.001" in detail and exit_code_for(failure.value) == EXIT_USER
+    found = float(re.search(r"differ from the actor's by ([0-9.e+-]+)", detail).group(1))
+    assert found > 1e-2, detail
