@@ -17,6 +17,7 @@ from rich.text import Text
 
 from rlhfctl.cli.console import OutputFormat, OverridesArg, RecipeArg, load_for_command, make_console, print_line, resolve_recipe_path
 from rlhfctl.cli.errors import EXIT_USER, guarded
+from rlhfctl.errors import UserError
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
     from rlhfctl.recipe.arithmetic import EpochRow
@@ -30,7 +31,7 @@ def validate(
     overrides: Optional[List[str]] = OverridesArg(),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="prompts per step for the table (default trainer.batch_size)"),
     output_format: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table for people, json for tools"),
-    device_memory: Optional[str] = typer.Option(None, "--device-memory", help="memory of one device (e.g. 80GiB) to compare the memory plan with (default: CUDA's, when visible)"),
+    device_memory: Optional[str] = typer.Option(None, "--device-memory", help="memory of one device to compare each call's plan with; a bare number is GiB (80 = 80GiB), or give a unit: 80GiB, 80GB, 81920MiB (default: CUDA's, when visible)"),
 ) -> None:
     """Check a recipe without starting anything, and show its batch-size table.
 
@@ -39,7 +40,9 @@ def validate(
     shards with padding, mini-batches, micro-batches and gradient accumulation); then, with the run's
     own code, the first records of each data file, the reward function's signature against the data's
     columns, inline model config keys, and that model paths are local, cached or on a reachable hub.
-    Shows the memory plan: each role's parameter, gradient, optimizer-state and KV-cache bytes per rank.
+    Shows the memory plan: each role's state per rank, then each pool's bytes per process during every
+    call of the step (rollout, log-prob passes, updates) and the peak call, against --device-memory (a
+    bare number is GiB); a call that does not fit is a warning naming the knobs that help.
     No weights are loaded.
     A pipeline file (top-level `stages:`) gets every stage's recipe checked the way `rlhfctl pipeline`
     checks them before it runs; overrides are then `output_dir=DIR` or `STAGE.KEY=value`.
@@ -57,12 +60,13 @@ def validate(
     with guarded(err):
         from rlhfctl.recipe.validate import validate_recipe
 
+        device_bytes = _device_bytes(device_memory)
         loaded = _load_or_report(recipe, overrides, output_format, console)
         if loaded is None:  # a pipeline file
             _validate_pipeline(resolve_recipe_path(recipe), overrides, output_format, console, err)
             return
         cfg, path = loaded
-        report = validate_recipe(cfg, batch_size=batch_size, device_memory=_device_bytes(device_memory))
+        report = validate_recipe(cfg, batch_size=batch_size, device_memory=device_bytes)
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
         else:
@@ -91,16 +95,20 @@ def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: 
         raise
 
 
+class DeviceMemoryError(UserError):
+    """``--device-memory`` is not a positive memory size (exit 2, one line naming the option)."""
+
+
 def _device_bytes(text: Optional[str]) -> Optional[int]:
-    """--device-memory as bytes; a bad size is a usage error (exit 2) naming the option."""
+    """--device-memory as bytes (a bare number is GiB); anything else is a user error naming the option."""
     if text is None:
         return None
-    from rlhfctl.recipe.memory_plan import parse_bytes
+    from rlhfctl.recipe.memory_plan import parse_memory_size
 
     try:
-        return parse_bytes(text)
+        return parse_memory_size(text)
     except ValueError as problem:
-        raise typer.BadParameter(str(problem), param_hint="--device-memory") from None
+        raise DeviceMemoryError(f"--device-memory: {problem}") from None
 
 
 def _validate_pipeline(path: Path, overrides: Optional[List[str]], output_format: OutputFormat, console: Any,
@@ -231,10 +239,20 @@ def _ranks_cell(world: int, ranks: list[int]) -> str:
 
 
 def render_memory(console: Console, plan: MemoryPlan | None) -> None:
-    """The plan's tables; ranks holding the same bytes share a row."""
+    """The plan: each role's state per rank, then each pool's bytes per call and its peak."""
     if plan is None or (not plan.roles and not plan.skipped):
         return
-    table = Table(title="Memory plan per rank (from the model configs, no weights loaded)", title_justify="left")
+    if plan.roles:
+        _render_state(console, plan)
+    for pool in plan.phases:
+        _render_phases(console, plan, pool)
+    for role, reason in plan.skipped.items():
+        print_line(console, Text(f"memory plan: roles.{role} skipped ({reason})").plain, "yellow")
+
+
+def _render_state(console: Console, plan: MemoryPlan) -> None:
+    """Each role's parameters, gradients, optimizer state (and the hf engine's KV cache) per rank; equal ranks share a row."""
+    table = Table(title="Memory plan: state per rank (from the model configs, no weights loaded)", title_justify="left")
     for column in ("role", "ranks", "strategy", "params", "precision", "parameters", "gradients",
                    "optimizer", "KV cache", "offload"):
         table.add_column(column, justify="left" if column in ("role", "ranks", "strategy", "precision") else "right")
@@ -251,13 +269,40 @@ def render_memory(console: Console, plan: MemoryPlan | None) -> None:
                           format_bytes(params), format_bytes(grads), format_bytes(optimizer), format_bytes(kv),
                           "cpu" if role.ranks[0].offloaded else "-")
     console.print(table)
+
+
+def _render_phases(console: Console, plan: MemoryPlan, pool: str) -> None:
+    """One column per call of the step (its phase above it), one row per term, the totals, and the peak call."""
+    peak = plan.peak(pool)
+    if peak is None:
+        return
+    terms = plan.phase_terms(pool, peak.rank)
+    phases = [phase for phase in plan.phases[pool] if phase.rank == peak.rank]
+    table = Table(title=f"Memory plan: pool {pool}, rank {peak.rank}, bytes per process during each call "
+                        "(colocated roles share the process)", title_justify="left")
+    table.add_column("term", no_wrap=True)
+    for phase in phases:
+        role, method = phase.call.split(".", 1)
+        table.add_column(f"{phase.group}\n{role}.\n{method}", justify="right")
+    names = list(dict.fromkeys(name for phase in phases for name in terms[phase.call]))
+    for name in names:
+        cells = [terms[phase.call].get(name, "") for phase in phases]
+        table.add_row(name, *("" if cell == "" else ("? (needs --device-memory)" if cell is None else format_bytes(cell))
+                              for cell in cells))
     device = plan.device_memory
-    for pool, total in plan.process_bytes().items():
-        share = f" of {format_bytes(device)} ({100 * total / device:.1f}%, from {plan.device_source})" if device else ""
-        style = "bold red" if device and total > device else ""
-        print_line(console, f"pool {pool}: {format_bytes(total)} per process (roles colocated there, largest rank){share}", style)
-    for role, reason in plan.skipped.items():
-        print_line(console, Text(f"memory plan: roles.{role} skipped ({reason})").plain, "yellow")
+    table.add_row(Text("total", style="bold"), *(Text(format_bytes(phase.total), style="bold red" if device and phase.total > device else "bold")
+                                                  for phase in phases))
+    if device:
+        table.add_row("of the device", *(f"{100 * phase.total / device:.1f}%" for phase in phases))
+    console.print(table)
+    share = f" of {format_bytes(device)} ({100 * peak.total / device:.1f}%, from {plan.device_source})" if device else ""
+    style = "bold red" if device and peak.total > device else "bold"
+    print_line(console, f"pool {pool}: peak {peak.group} ({peak.call}), {format_bytes(peak.total)} per process on rank {peak.rank}{share}", style)
+    for term in peak.terms:
+        print_line(console, f"  {term.name}: {format_bytes(term.bytes) if term.bytes is not None else '?'} = {term.formula}", "dim")
+    unknown = list(dict.fromkeys(name for phase in phases for name in phase.unknown))
+    if unknown:
+        print_line(console, f"pool {pool}: {', '.join(unknown)} not counted: give --device-memory (a bare number is GiB)", "yellow")
 
 
 def render_report(console: Console, report: ValidationReport, errors_console: Console | None = None) -> None:

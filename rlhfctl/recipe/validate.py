@@ -20,7 +20,7 @@ from rlhfctl.recipe.check_runtime import (
     check_token_budgets,
     check_workers,
 )
-from rlhfctl.recipe.errors import Issue, RecipeError, error
+from rlhfctl.recipe.errors import Issue, RecipeError, error, warning
 from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
@@ -28,7 +28,7 @@ from rlhfctl.recipe.preflight import preflight
 from rlhfctl.recipe.resolve import present_roles
 from rlhfctl.recipe.stages import is_stage, stage_roles
 
-__all__ = ["ValidationReport", "validate_recipe"]
+__all__ = ["ValidationReport", "memory_issues", "validate_recipe"]
 
 
 @dataclass
@@ -75,6 +75,30 @@ class ValidationReport:
         }
 
 
+def _rollout_engine_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+    """The rollout engine's checks. Where the pools need more GPUs than this machine shows, the workers run
+    elsewhere (a cluster) and vllm must import there, not here: a missing vllm is then a warning, so a GPU
+    recipe validates (and is planned) on a machine without vllm."""
+    issues = check_rollout_engine(cfg)
+    from rlhfctl.recipe.check_runtime import _visible_gpus
+
+    visible = _visible_gpus()
+    if not any(pool.use_gpu for pool in pools.values()) or sum(pool.gpus for pool in pools.values()) <= (visible or 0):
+        return issues
+    from workers.sampling.vllm_engine import vllm_installed
+
+    if vllm_installed():
+        return issues
+    where = (f"; a warning here, where the pools' {sum(pool.gpus for pool in pools.values())} GPU(s) are not "
+             f"({visible or 0} visible): install vllm where the workers run")
+    return [warning(issue.key_path, issue.message + where) if issue.key_path == "rollout.engine" else issue for issue in issues]
+
+
+def memory_issues(plan: MemoryPlan) -> list[Issue]:
+    """A warning for each call whose process needs more than the device has, naming the knobs that help."""
+    return [warning(f"resource_pools.{misfit.pool}", misfit.message) for misfit in plan.misfits()]
+
+
 def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int | None = None) -> ValidationReport:
     """Check a loaded recipe (imports, files, pools, algorithm, batch arithmetic) and derive its batch table
     and memory plan (compared with ``device_memory`` bytes when given)."""
@@ -88,6 +112,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
         report.pools, stage_issues = check_stage(cfg)
         report.issues += stage_issues + check_token_budgets(cfg)
         report.memory = plan_memory(container, report.pools, device_memory)
+        report.issues += memory_issues(report.memory)
         if report.ok:
             report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))
         return report
@@ -98,11 +123,12 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_algorithm(cfg)
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
-    report.issues += check_rollout_engine(cfg)
+    report.issues += _rollout_engine_issues(cfg, pools)
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
     report.issues += batch_issues + check_token_budgets(cfg)
     report.memory = plan_memory(container, pools, device_memory)
+    report.issues += memory_issues(report.memory)
     report.issues += preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, this machine
     return report

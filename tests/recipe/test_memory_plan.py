@@ -47,9 +47,15 @@ def test_validate_shows_the_plan_in_json_and_compares_with_the_device(tmp_path):
     assert rank0["optimizer_bytes"] == 2 * rank0["grad_bytes"] > 0 and rank0["kv_cache_bytes"] > 0
     assert reference["ranks"][0]["grad_bytes"] == 0 and reference["ranks"][0]["optimizer_bytes"] == 0
     assert memory["device_memory"] == GIB and memory["device_source"] == "--device-memory"
-    assert memory["process_bytes"]["main"] == rank0["device_bytes"] + reference["ranks"][0]["device_bytes"]
+    peak = memory["peak"]["main"]
+    assert memory["process_bytes"]["main"] == peak["bytes"]
+    peak_terms = next(phase["terms"] for phase in memory["phases"]["main"]
+                      if (phase["call"], phase["rank"]) == (peak["call"], peak["rank"]))
+    state = {term["name"]: term["bytes"] for term in peak_terms if term["kind"] == "state"}
+    assert state == {"actor weights": rank0["param_bytes"], "actor optimizer": rank0["optimizer_bytes"],
+                     "reference weights": reference["ranks"][0]["param_bytes"]}
     table = CliRunner().invoke(app, ["validate", str(path), "--device-memory", "1GiB"])
-    assert "Memory plan per rank" in table.stdout and "of 1.00 GiB" in table.stdout
+    assert "Memory plan: state per rank" in table.stdout and "of 1.00 GiB" in table.stdout
 
 
 def test_a_token_budget_below_one_row_exits_2_naming_the_key(tmp_path):
