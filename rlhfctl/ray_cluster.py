@@ -55,9 +55,12 @@ def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, n
     """Join ``address`` (or RAY_ADDRESS) when given; otherwise start a private local Ray, dashboard off."""
     import ray
 
+    from rlhfctl.library_output import quiet_environment
+
     address = address or os.environ.get("RAY_ADDRESS") or None
     # rlhfctl's own switches (every RLHFCTL_* variable) set on the driver reach every worker.
     env = {key: value for key, value in os.environ.items() if key.startswith("RLHFCTL_")}
+    env.update(quiet_environment())  # libraries' own bars and advisories stay off the console (rlhfctl.library_output)
     env.update(env_vars or {})
     if ray.is_initialized():
         return RaySession(started_here=False, address=address, connected_here=False)

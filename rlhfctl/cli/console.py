@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # only for annotations: omegaconf is imported when a recipe i
     from omegaconf import DictConfig
 
 __all__ = ["OutputFormat", "OverridesArg", "RecipeArg", "complete_recipe", "load_for_command", "make_console", "print_error",
-           "print_line", "resolve_recipe_path"]
+           "print_line", "resolve_recipe_path", "show_library_output"]
 
 _PLAIN_WIDTH = 120
 
@@ -41,6 +41,15 @@ def print_line(console: Console, text: str, style: str = "") -> None:
 def print_error(console: Console, text: str) -> None:
     """Print a one-line red error message."""
     print_line(console, f"error: {text}", "bold red")
+
+
+def show_library_output(verbose: bool) -> None:
+    """``--verbose`` lets other libraries' bars and warnings through, here and in every worker; else they are kept off."""
+    from rlhfctl.library_output import VERBOSE_VARIABLE, quiet_this_process
+
+    if verbose:
+        os.environ[VERBOSE_VARIABLE] = "1"  # an RLHFCTL_* variable: it reaches the workers too
+    quiet_this_process()
 
 
 # ---------------------------------------------------------------------------------- arguments and options

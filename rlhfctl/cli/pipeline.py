@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 from rich.text import Text
 
-from rlhfctl.cli.console import make_console, resolve_recipe_path
+from rlhfctl.cli.console import make_console, resolve_recipe_path, show_library_output
 from rlhfctl.cli.errors import guarded
 from rlhfctl.cli.reporters import BaseReporter, format_value
 from rlhfctl.pipeline.observer import PipelineObserver, StagePlan, StageResult
@@ -35,6 +35,7 @@ def pipeline(
         None, show_default=False, help="output_dir=DIR, or STAGE.KEY=value for a recipe key of one stage (sft.trainer.total_steps=10)"
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing but errors"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show every library's own output (progress bars, warnings)"),
 ) -> None:
     """Run the stages of PIPELINE in order: each is a recipe plus overrides, and later stages load
     earlier stages' models through `${stages.NAME.output}`.
@@ -59,6 +60,7 @@ def pipeline(
         from rlhfctl.pipeline import load_pipeline, run_pipeline
 
         spec = load_pipeline(resolve_recipe_path(pipeline_file), list(overrides or []))
+        show_library_output(verbose)
         with make_pipeline_view(quiet, console) as view:
             run_pipeline(spec, view)
 

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_console
+from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_console, show_library_output
 from rlhfctl.cli.errors import EXIT_USER, guarded
 
 __all__ = ["train"]
@@ -16,7 +16,9 @@ def train(
     recipe: str = RecipeArg(),
     overrides: Optional[List[str]] = OverridesArg(),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing but errors"),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="with plain (non-terminal) output, also log every group call"),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="show every library's own output (progress bars, warnings) and, with plain "
+                                      "(non-terminal) output, log every group call"),
 ) -> None:
     """Train a policy as RECIPE says.
 
@@ -37,6 +39,7 @@ def train(
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
         cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
+        show_library_output(verbose)
         from rlhfctl.cli.essentials import render_essentials
         from rlhfctl.cli.reporters import make_reporter
         from rlhfctl.cli.validate import render_issues

@@ -57,7 +57,10 @@ class WorkerHost:
     """Builds the role workers of one rank and calls their methods by role and name."""
 
     def __init__(self, env_vars: dict[str, str] | None = None) -> None:
+        from rlhfctl.library_output import quiet_this_process
+
         os.environ.update(env_vars or {})
+        quiet_this_process()  # libraries' own bars and warnings stay off the console unless RLHFCTL_VERBOSE=1
         self.workers: dict[str, Any] = {}
         self.rank_info: RankInfo | None = None
         # (role, method, start, end) of recent calls, drained by the dispatch trace; bounded memory.
