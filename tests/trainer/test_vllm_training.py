@@ -48,3 +48,11 @@ def test_quickstart_on_the_vllm_engine_learns_at_world_2(tmp_path):
     last = sum(r["reward/mean"] for r in records[-4:]) / 4
     assert last >= 1.25 * first, [r["reward/mean"] for r in records]
     assert all(record["rollout/logprob_diff"] <= 1e-3 for record in records)
+
+
+def test_a_tied_lora_actor_passes_the_first_sync_probe_and_matches_the_engine_at_world_2(tmp_path):
+    """Tied embeddings (Qwen2.5-0.5B..3B) with a LoRA adapter merged in: the sync's hardest case, on two ranks."""
+    records = train(tmp_path, "trainer.total_steps=3", "resource_pools.main.process_on_nodes=[2]",
+                    "roles.actor.model.config.tie_word_embeddings=true", "roles.actor.lora={r: 4, alpha: 8}")
+    assert len(records) == 3
+    assert all(record["rollout/logprob_diff"] <= 1e-3 for record in records), [r["rollout/logprob_diff"] for r in records]
