@@ -5,21 +5,31 @@ predicted by the logits at sequence position ``P + t - 1``. Logits are divided b
 temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32. Where rows
 repeat a prompt, the prompt part may run once per distinct prompt (``workers.sampling.prompt_sharing``); with
 ``padding_free`` the rows run packed into one, without their pad tokens (``workers.packing``).
+
+The output layer scores the response tokens :data:`LOGITS_CHUNK_TOKENS` at a time
+(``workers.forward.scoring_head``), so the pass holds one chunk's ``[tokens, vocab]`` float32 logits,
+not the whole micro-batch's several times over; models without a reachable output layer, and
+``chunk_tokens=0``, compute the full logits as before.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import torch
 from torch import nn
 
-from rlhfctl.algorithms import entropy_from_logits
-from workers.forward import lm_forward
+from rlhfctl.algorithms import token_log_probs
+from workers.forward import lm_forward, output_layer, scoring_head
 from workers.packing import packed_response_log_probs
-from workers.sampling.prompt_sharing import shared_prompt_logits
+from workers.sampling.prompt_sharing import shared_prompt_logits, shared_prompt_scores
 
-__all__ = ["position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
+__all__ = ["LOGITS_CHUNK_TOKENS", "position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
+
+#: Response tokens whose logits the log-prob and entropy pass holds at once (the memory plan models one
+#: chunk's ``[LOGITS_CHUNK_TOKENS, vocab]`` float32 logits). At vocab 152k a chunk is 0.58 GiB.
+LOGITS_CHUNK_TOKENS = 1024
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -35,6 +45,7 @@ def sequence_log_probs(
     with_entropy: bool = True,
     entropy_grad: bool = True,
     padding_free: bool = False,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (B, R) of ``batch['responses']`` and their entropies (or None); keeps the graph.
 
@@ -43,37 +54,67 @@ def sequence_log_probs(
     the entropy is computed from detached logits (a metric only, no graph kept for it). With
     ``padding_free`` the rows run as one packed row; cells where the response token or the one before
     it is padding are then 0 (the padded pass leaves values there that every caller masks out).
+    ``chunk_tokens`` (default :data:`LOGITS_CHUNK_TOKENS`) bounds the tokens scored at once; 0 computes
+    the whole micro-batch's logits in one piece (the unchunked pass).
     """
-    responses = batch["responses"]
-    response_length = responses.shape[1]
-    attention_mask = batch["attention_mask"]
+    chunk = LOGITS_CHUNK_TOKENS if chunk_tokens is None else int(chunk_tokens)
+    if chunk > 0 and output_layer(model) is None:
+        chunk = 0  # no reachable output layer: the full logits from the model's forward
     position_ids = batch.get("position_ids")
     if position_ids is None:
-        position_ids = position_ids_from_mask(attention_mask)
+        position_ids = position_ids_from_mask(batch["attention_mask"])
+    options = {"temperature": temperature, "with_entropy": with_entropy, "entropy_grad": entropy_grad}
+    if chunk:
+        return _chunked_log_probs(model, batch, position_ids, chunk, padding_free, options)
     # One prompt pass per distinct prompt where the batch repeats prompts (n samples each) and it pays.
     logits = shared_prompt_logits(model, batch, position_ids)
     if logits is None and padding_free:
-        return packed_response_log_probs(
-            model, batch, position_ids, temperature=temperature, with_entropy=with_entropy, entropy_grad=entropy_grad
-        )
+        return packed_response_log_probs(model, batch, position_ids, chunk_tokens=0, **options)
     if logits is None:
+        response_length = batch["responses"].shape[1]
         output = lm_forward(
             model,
             batch["input_ids"],
-            attention_mask,
+            batch["attention_mask"],
             position_ids,
             use_cache=False,
             logits_to_keep=response_length + 1,
         )
         logits = output.logits[:, -response_length - 1 : -1]
-    logits = logits.float()
-    if temperature and temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, responses.long().unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
-    return log_probs, entropy
+    return token_log_probs(logits, batch["responses"], **options)
+
+
+def _chunked_log_probs(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    position_ids: torch.Tensor,
+    chunk: int,
+    padding_free: bool,
+    options: dict,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`sequence_log_probs` with the output layer scoring ``chunk`` tokens at a time."""
+    responses = batch["responses"]
+    rows, response_length = responses.shape
+    scoring = functools.partial(scoring_head, model, chunk_tokens=chunk, **options)
+    scores = shared_prompt_scores(model, batch, position_ids, scoring)
+    if scores is None and padding_free:
+        return packed_response_log_probs(model, batch, position_ids, chunk_tokens=chunk, **options)
+    if scores is None:
+
+        def select(hidden: torch.Tensor) -> torch.Tensor:
+            return hidden[:, -response_length - 1 : -1].reshape(-1, hidden.shape[-1])
+
+        with scoring(select, responses.reshape(-1)):
+            output = lm_forward(
+                model,
+                batch["input_ids"],
+                batch["attention_mask"],
+                position_ids,
+                use_cache=False,
+                logits_to_keep=response_length + 1,
+            )
+        scores = output.logits.view(rows, response_length, 2)
+    return scores[..., 0], scores[..., 1] if options["with_entropy"] else None
 
 
 def response_log_probs(
@@ -85,6 +126,7 @@ def response_log_probs(
     temperature: float = 1.0,
     with_entropy: bool = True,
     padding_free: bool = False,
+    chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`sequence_log_probs` without gradients, in micro-batches; results on the CPU."""
     rows = batch["responses"].shape[0]
@@ -97,7 +139,12 @@ def response_log_probs(
         for start in range(0, rows, step):
             micro = {key: batch[key][start : start + step].to(device) for key in keys}
             log_probs, entropy = sequence_log_probs(
-                model, micro, temperature=temperature, with_entropy=with_entropy, padding_free=padding_free
+                model,
+                micro,
+                temperature=temperature,
+                with_entropy=with_entropy,
+                padding_free=padding_free,
+                chunk_tokens=chunk_tokens,
             )
             log_prob_parts.append(log_probs.cpu())
             if entropy is not None:

@@ -27,6 +27,7 @@ from .losses import (
     agg_loss,
     entropy_from_logits,
     ppo_policy_loss,
+    token_log_probs,
     truncated_importance_weights,
     value_loss,
 )
@@ -65,5 +66,6 @@ __all__ = [
     "reinforce_pp_advantages",
     "remax_advantages",
     "rloo_advantages",
+    "token_log_probs",
     "value_loss",
 ]

@@ -12,7 +12,14 @@ import torch
 
 from .masked import masked_mean
 
-__all__ = ["LOSS_AGG_MODES", "agg_loss", "entropy_from_logits", "ppo_policy_loss", "value_loss"]
+__all__ = [
+    "LOSS_AGG_MODES",
+    "agg_loss",
+    "entropy_from_logits",
+    "ppo_policy_loss",
+    "token_log_probs",
+    "value_loss",
+]
 
 #: Accepted values of ``roles.actor.loss_agg_mode``.
 LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
@@ -178,3 +185,30 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def token_log_probs(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    entropy_grad: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of ``targets`` under ``softmax(logits / temperature)`` in float32, and its entropy (or None).
+
+    .. math:: \\log \\pi(y) = z_y / T - \\log\\sum_j e^{z_j / T}
+
+    ``logits`` (..., V) and ``targets`` (...,) of token ids; a temperature of 0 or 1 leaves the logits as
+    they are (the rollout sampled from ``softmax(logits / T)``). With ``entropy_grad=False`` the entropy is
+    computed from detached logits (a metric, no graph kept for it). Works row by row, so a caller may pass
+    the tokens of a sequence in chunks and get the same values.
+    """
+    logits = logits.float()
+    if temperature and temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        entropy = entropy_from_logits(logits if entropy_grad else logits.detach())
+    return log_probs, entropy

@@ -19,8 +19,11 @@ while training (transformers turns the cache off there).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +33,13 @@ from workers.forward import base_model, cache_from, lm_forward
 from workers.sampling.kv_cache import full_attention_cache
 from workers.training import unwrap
 
-__all__ = ["MIN_SAVED_WORK", "SHARED_PROMPT_ENV", "distinct_prompt_rows", "shared_prompt_logits"]
+__all__ = [
+    "MIN_SAVED_WORK",
+    "SHARED_PROMPT_ENV",
+    "distinct_prompt_rows",
+    "shared_prompt_logits",
+    "shared_prompt_scores",
+]
 
 SHARED_PROMPT_ENV = "RLHFCTL_SHARED_PROMPT_PASS"
 # Saved prompt positions x hidden_size^2 below which two calls cost more than one. Measured on 2 CPU
@@ -64,11 +73,18 @@ def _checkpointing(model: nn.Module) -> bool:
     return False
 
 
-def shared_prompt_logits(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor
-) -> torch.Tensor | None:
-    """Logits (rows, R, vocab) predicting each of the R response tokens, from one pass per distinct
-    prompt; None when the shared pass does not apply or would not pay (the caller runs the plain pass)."""
+@dataclass(frozen=True)
+class _SharedPlan:
+    """The rows that run the prompt pass (``first``), each row's prompt (``inverse``), and the cache."""
+
+    first: torch.Tensor
+    inverse: torch.Tensor
+    prompt_width: int
+    cache: Any
+
+
+def _shared_plan(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> _SharedPlan | None:
+    """Whether the shared pass applies and pays for ``batch``, and its rows; None for the plain pass."""
     mode = _mode()
     if mode == "off":
         return None
@@ -94,21 +110,79 @@ def shared_prompt_logits(
     cache = full_attention_cache(inner)
     if cache is None:
         return None
+    return _SharedPlan(first, inverse, prompt_width, cache)
+
+
+def _shared_passes(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    position_ids: torch.Tensor,
+    plan: _SharedPlan,
+    prompt_context: contextlib.AbstractContextManager,
+    response_context: contextlib.AbstractContextManager,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``.logits`` of the prompt pass (last position) and of the response pass, each run in its context."""
+    input_ids, attention_mask, width = batch["input_ids"], batch["attention_mask"], plan.prompt_width
+    first = plan.first
     # The prompt pass skips the DDP wrapper: DDP prepares its gradient reduction once per forward, and the
     # response pass below, whose backward reaches every parameter, is the one it must see.
-    prompt_out = lm_forward(
-        unwrap(model),
-        input_ids[first, :prompt_width],
-        attention_mask[first, :prompt_width],
-        position_ids[first, :prompt_width],
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    with prompt_context:
+        prompt_out = lm_forward(
+            unwrap(model),
+            input_ids[first, :width],
+            attention_mask[first, :width],
+            position_ids[first, :width],
+            cache=plan.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
     cache = cache_from(prompt_out)
-    cache.batch_select_indices(inverse)  # each row continues from its prompt's keys and values
-    response_out = lm_forward(
-        model, input_ids[:, prompt_width:], attention_mask, position_ids[:, prompt_width:], cache=cache, use_cache=True
+    cache.batch_select_indices(plan.inverse)  # each row continues from its prompt's keys and values
+    with response_context:
+        response_out = lm_forward(
+            model, input_ids[:, width:], attention_mask, position_ids[:, width:], cache=cache, use_cache=True
+        )
+    return prompt_out.logits, response_out.logits
+
+
+def shared_prompt_logits(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor
+) -> torch.Tensor | None:
+    """Logits (rows, R, vocab) predicting each of the R response tokens, from one pass per distinct
+    prompt; None when the shared pass does not apply or would not pay (the caller runs the plain pass)."""
+    plan = _shared_plan(model, batch)
+    if plan is None:
+        return None
+    prompt_logits, response_logits = _shared_passes(
+        model, batch, position_ids, plan, contextlib.nullcontext(), contextlib.nullcontext()
     )
-    first_token_logits = prompt_out.logits[:, -1][inverse].unsqueeze(1)
-    return torch.cat([first_token_logits, response_out.logits[:, :-1]], dim=1)
+    first_token_logits = prompt_logits[:, -1][plan.inverse].unsqueeze(1)
+    return torch.cat([first_token_logits, response_logits[:, :-1]], dim=1)
+
+
+def shared_prompt_scores(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    position_ids: torch.Tensor,
+    scoring: Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], contextlib.AbstractContextManager],
+) -> torch.Tensor | None:
+    """Scores (rows, R, 2) of the response tokens from the shared pass, the output layer run under
+    ``scoring(select, targets)`` (``workers.forward.scoring_head``); None where the shared pass does not apply."""
+    plan = _shared_plan(model, batch)
+    if plan is None:
+        return None
+    responses = batch["responses"]
+    rows, response_length = responses.shape
+
+    def first_token(hidden: torch.Tensor) -> torch.Tensor:
+        return hidden[:, -1][plan.inverse]
+
+    def later_tokens(hidden: torch.Tensor) -> torch.Tensor:
+        return hidden[:, :-1].reshape(-1, hidden.shape[-1])
+
+    first_scores, later_scores = _shared_passes(
+        model, batch, position_ids, plan,
+        scoring(first_token, responses[:, 0]),
+        scoring(later_tokens, responses[:, 1:].reshape(-1)),
+    )
+    return torch.cat([first_scores.view(rows, 1, 2), later_scores.view(rows, response_length - 1, 2)], dim=1)
