@@ -44,7 +44,7 @@ def test_real_model_recipe_reports_its_missing_data_file(monkeypatch, tmp_path):
 
 def test_quickstart_essentials():
     cfg = load_recipe(find_bundled("quickstart").path)
-    assert cfg.roles.actor.model.config.hidden_size == 64 and cfg.roles.actor.model.config.num_key_value_heads == 4
+    assert cfg.roles.actor.model.config.hidden_size == 64 and cfg.roles.actor.model.config.num_key_value_heads == 2
     assert cfg.rollout.n == 4 and cfg.rollout.max_new_tokens == 24 and cfg.rollout.top_k == 0
     assert (cfg.trainer.total_steps, cfg.trainer.batch_size, cfg.trainer.mini_batch_size) == (40, 16, 16)
     assert cfg.roles.actor.optim.lr == pytest.approx(1e-3) and cfg.data.task == "digits"
