@@ -96,5 +96,5 @@ def test_a_vllm_older_than_the_sync_needs_is_refused_with_both_versions():
 
 
 def test_the_probe_tolerance_is_tight_in_float32_and_looser_in_16_bits():
-    assert probe_tolerance("float32") == 1e-3 and probe_tolerance("auto") == 1e-3
-    assert probe_tolerance("bf16") == probe_tolerance(torch.float16) == 0.1
+    assert probe_tolerance("float32") == probe_tolerance("fp32") == 1e-3
+    assert probe_tolerance("bf16") == probe_tolerance(torch.float16) == probe_tolerance("auto") == 0.1

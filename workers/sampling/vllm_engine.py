@@ -143,11 +143,11 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 
 def probe_tolerance(dtype: Any) -> float:
-    """The mean |log p_engine - log p_actor| the first-sync probe accepts: 1e-3 in float32, 0.1 in 16 bits
-    (a dummy head or a missing weight gives several tenths to several nats)."""
+    """The mean |log p_engine - log p_actor| the first-sync probe accepts: 1e-3 in float32, 0.1 in 16 bits and
+    for auto (vLLM may run a float32 checkpoint in 16 bits); a dummy head or a missing weight gives tenths to nats."""
     from rlhfctl.models.loading import resolve_dtype
 
-    return 1e-3 if resolve_dtype(dtype) in (torch.float32, torch.float64, None, "auto") else 0.1
+    return 1e-3 if resolve_dtype(dtype) in (torch.float32, torch.float64) else 0.1
 
 
 def engine_settings(rollout: Mapping[str, Any]) -> dict[str, Any]:
