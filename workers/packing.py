@@ -21,19 +21,21 @@ the response positions, the sequence score at each sequence's last token.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 
-from rlhfctl.algorithms import entropy_from_logits
-from workers.forward import base_model
+from rlhfctl.algorithms import token_log_probs
+from workers.forward import base_model, scoring_head
 
 __all__ = [
     "PACKING_FAMILIES",
@@ -128,6 +130,8 @@ def _packed_kwargs(model: nn.Module, packed: PackedRows) -> dict[str, Any]:
         kwargs.update(cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens, max_length_q=longest, max_length_k=longest)
         if kernel == "sdpa":
             kwargs["attention_mask"] = torch.ones_like(packed.input_ids)
+            # Once per micro-batch, from sizes known on the host: every layer's attention finds it here.
+            _LAYOUTS[cu_seq_lens] = _build_layout(cu_seq_lens, packed.input_ids.shape[1], longest)
     return kwargs
 
 
@@ -140,17 +144,32 @@ def _takes_kwargs(model: nn.Module) -> bool:
     return _forward_takes_kwargs(type(base_model(model)))
 
 
-def _packed_call(model: nn.Module, packed: PackedRows, keep: torch.Tensor) -> torch.Tensor:
-    """Logits of one packed row at the packed positions ``keep`` (only those, where the model allows)."""
+def _packed_call(
+    model: nn.Module,
+    packed: PackedRows,
+    keep: torch.Tensor,
+    scoring: Callable[[Callable[[torch.Tensor], torch.Tensor]], contextlib.AbstractContextManager] | None = None,
+) -> torch.Tensor:
+    """Logits of one packed row at the packed positions ``keep`` (only those, where the model allows); with
+    ``scoring`` (``scoring(select)``, see ``workers.forward.scoring_head``) the head's scores there instead."""
     from workers.forward import _accepts
 
     kwargs = _packed_kwargs(model, packed)
     accepted = _accepts(model)
     if "use_cache" in accepted:
         kwargs["use_cache"] = False
-    if "logits_to_keep" in accepted:
-        return model(**kwargs, logits_to_keep=keep).logits[0]
-    return model(**kwargs).logits[0, keep]
+    kept = "logits_to_keep" in accepted
+    if kept:
+        kwargs["logits_to_keep"] = keep
+    if scoring is None:
+        logits = model(**kwargs).logits[0]
+        return logits if kept else logits[keep]
+
+    def select(hidden: torch.Tensor) -> torch.Tensor:
+        return hidden[0] if kept else hidden[0, keep]
+
+    with scoring(select):
+        return model(**kwargs).logits
 
 
 def _scatter(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -175,21 +194,26 @@ def packed_response_log_probs(
     temperature: float,
     with_entropy: bool,
     entropy_grad: bool,
+    chunk_tokens: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (B, R) of ``batch['responses']`` (and entropies) from one packed row; 0 at pad cells."""
+    """Log-probs (B, R) of ``batch['responses']`` (and entropies) from one packed row; 0 at pad cells.
+
+    ``chunk_tokens > 0`` has the output layer score that many tokens at a time (a model with an
+    ``output_layer``); 0 computes the logits of every scored token at once.
+    """
     responses = batch["responses"]
     width = responses.shape[1]
     packed = pack_rows(batch["input_ids"], batch["attention_mask"], position_ids)
     keep, valid = _prediction_cells(packed, batch["input_ids"].shape[1] - width, width)
-    logits = _packed_call(model, packed, keep).float()
-    if temperature and temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    targets = responses[valid].long().unsqueeze(-1)
-    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        entropy = _scatter(entropy_from_logits(logits if entropy_grad else logits.detach()), valid)
-    return _scatter(log_probs, valid), entropy
+    targets = responses[valid]
+    options = {"temperature": temperature, "with_entropy": with_entropy, "entropy_grad": entropy_grad}
+    if chunk_tokens > 0:
+        scoring = functools.partial(scoring_head, model, targets=targets, chunk_tokens=chunk_tokens, **options)
+        scores = _packed_call(model, packed, keep, scoring)
+        log_probs, entropy = scores[:, 0], scores[:, 1] if with_entropy else None
+    else:
+        log_probs, entropy = token_log_probs(_packed_call(model, packed, keep), targets, **options)
+    return _scatter(log_probs, valid), _scatter(entropy, valid) if entropy is not None else None
 
 
 def packed_response_values(model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor) -> torch.Tensor:
@@ -255,15 +279,25 @@ class _Layout:
     real: torch.Tensor  # (T,) padded cell of each packed token
 
 
+#: The layout of each live packed row's ``cu_seq_lens`` tensor, built once by :func:`_packed_kwargs`.
+_LAYOUTS: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _build_layout(cu_seq_lens: torch.Tensor, total: int, longest: int) -> _Layout:
+    """Sequences of a packed row of ``total`` tokens, the longest ``longest``, from their cumulative lengths
+    (no host sync: the sizes come from the caller)."""
+    lengths = (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()
+    device = cu_seq_lens.device
+    sequence = torch.repeat_interleave(torch.arange(lengths.shape[0], device=device), lengths, output_size=total)
+    column = torch.arange(total, device=device) - cu_seq_lens[:-1].long()[sequence]
+    return _Layout(lengths.shape[0], longest, sequence * longest + column)
+
+
 @functools.lru_cache(maxsize=1)
 def _layout_of(cu_seq_lens: torch.Tensor) -> _Layout:
-    """Sequences of a packed row from their cumulative lengths (cached: every layer asks for the same)."""
-    lengths = (cu_seq_lens[1:] - cu_seq_lens[:-1]).long()
-    total, device = int(cu_seq_lens[-1]), cu_seq_lens.device
-    sequence = torch.repeat_interleave(torch.arange(lengths.shape[0], device=device), lengths)
-    column = torch.arange(total, device=device) - cu_seq_lens[:-1].long()[sequence]
-    rows, width = lengths.shape[0], int(lengths.max())
-    return _Layout(rows, width, sequence * width + column)
+    """The layout of ``cu_seq_lens`` that :func:`_packed_kwargs` did not build (reads its sizes: host syncs)."""
+    lengths = cu_seq_lens[1:] - cu_seq_lens[:-1]
+    return _build_layout(cu_seq_lens, int(cu_seq_lens[-1]), int(lengths.max()))
 
 
 def _unpack(states: torch.Tensor, layout: _Layout) -> torch.Tensor:
@@ -284,9 +318,11 @@ def _sdpa_or_varlen(
     """
     cu_seq_lens = kwargs.get("cu_seq_lens_q")
     packed = cu_seq_lens is not None and query.shape[0] == 1 and key.shape[2] == query.shape[2]
-    if not packed or int(cu_seq_lens[-1]) != query.shape[2]:
+    layout = _LAYOUTS.get(cu_seq_lens) if packed else None
+    if layout is None and packed and int(cu_seq_lens[-1]) == query.shape[2]:
+        layout = _layout_of(cu_seq_lens)  # cu_seq_lens from another caller than _packed_kwargs
+    if layout is None or layout.real.shape[0] != query.shape[2]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    layout = _layout_of(cu_seq_lens)
     out, _ = sdpa_attention_forward(
         module, _unpack(query, layout), _unpack(key, layout), _unpack(value, layout), None, **kwargs
     )

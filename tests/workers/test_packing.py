@@ -19,9 +19,9 @@ from tests.workers.recipes import TINY_MODEL, tokenizer
 PROMPT, RESPONSE = 6, 7
 
 
-def tiny_config(family: str, kernel: str = "sdpa", **extra):
+def tiny_config(family: str, kernel: str = "sdpa", layers: int = 2, **extra):
     config = AutoConfig.for_model(
-        family, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        family, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
         intermediate_size=64, vocab_size=40, max_position_embeddings=64, pad_token_id=0, **extra,
     )
     config._attn_implementation = kernel
@@ -69,6 +69,34 @@ def test_padding_free_log_probs_and_entropies_equal_the_padded_ones(family, kern
     assert packing.packing_unsupported(model) is None
     assert (len(varlen_calls) > 0) == (kernel == "sdpa")  # sdpa: per-sequence layout; eager: transformers' mask
     assert all(rows == 4 for rows in varlen_calls)
+
+
+def test_the_sdpa_layout_is_built_once_per_micro_batch_and_attention_reads_no_device_value(monkeypatch, varlen_calls):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("qwen2", layers=4)).eval()
+    batch = rollout_batch()
+    builds, fallbacks, reads = [], [], []
+    build, fallback = packing._build_layout, packing._layout_of
+    monkeypatch.setattr(packing, "_build_layout", lambda *args: builds.append(1) or build(*args))
+    monkeypatch.setattr(packing, "_layout_of", lambda cu: fallbacks.append(1) or fallback(cu))
+    packed = packing.pack_rows(batch["input_ids"], batch["attention_mask"], batch["position_ids"])
+    kwargs = packing._packed_kwargs(model, packed)
+    assert builds == [1]  # built here, where the packed length is known on the host
+    for name in ("__int__", "item"):  # reading a device value to the host: a sync on CUDA
+        original = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, _o=original, _n=name: reads.append(_n) or _o(self))
+    with torch.no_grad():
+        logits = model(**kwargs).logits
+    assert len(varlen_calls) == 3 * 4  # query, key and value in each of the 4 layers took the varlen path
+    assert builds == [1] and fallbacks == [] and reads == []  # on one layout, no value read back
+    monkeypatch.undo()
+    # cu_seq_lens that _packed_kwargs did not build: today's computation from the tensor, the same outputs
+    del packing._LAYOUTS[kwargs["cu_seq_lens_q"]]
+    packing._layout_of.cache_clear()
+    with torch.no_grad():
+        rebuilt = model(**kwargs).logits
+    assert packing._layout_of.cache_info().misses == 1
+    torch.testing.assert_close(rebuilt, logits, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
