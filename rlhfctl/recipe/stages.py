@@ -19,7 +19,7 @@ __all__ = ["MODEL_DIR", "STAGES", "StageAlgorithm", "check_ppo_family", "is_stag
 
 MODEL_DIR = "model"
 """Where a stage writes its Hugging Face model, under its ``trainer.output_dir``."""
-_CHECKPOINT_METHODS = ("save_checkpoint", "load_checkpoint")
+_CHECKPOINT_METHODS = ("save_checkpoint", "finish_checkpoint", "load_checkpoint")
 
 
 @dataclass(frozen=True)
