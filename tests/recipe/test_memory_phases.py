@@ -12,6 +12,7 @@ from rlhfctl.cli.app import app
 from rlhfctl.recipe.memory_plan import CONTEXT_BYTES, LOGIT_FP32_COPIES, VLLM_ASLEEP_BYTES, parse_memory_size, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
 from tests.workers.recipes import tiny_recipe
+from workers.log_probs import LOGITS_CHUNK_TOKENS
 
 GIB = 2**30
 #: Qwen2.5-7B's config.json (the values that size the model); no download: the plan reads shapes only.
@@ -62,8 +63,9 @@ def test_the_7b_grpo_recipe_peaks_in_the_rollout_at_50_to_70_gb_with_every_term_
     assert rollout["vLLM engine (awake)"] == 40 * GIB and rollout["CUDA context + NCCL"] == CONTEXT_BYTES
     assert ref_pass["vLLM engine (asleep)"] == VLLM_ASLEEP_BYTES and "vLLM engine (awake)" not in ref_pass
     assert ref_pass["reference gathered weights"] == PARAMETERS_7B * 2  # the whole model in bf16 while serving
-    # 32 rows a rank (128 x 2 / 8) x 257 logit positions x vocab: bf16 output + fp32 copies
-    assert ref_pass["reference logits"] == 32 * 257 * 152064 * (2 + 4 * LOGIT_FP32_COPIES)
+    # 32 rows a rank (128 x 2 / 8) x 257 response positions, scored one chunk at a time: bf16 + fp32 copies
+    per_token = 152064 * (2 + 4 * LOGIT_FP32_COPIES)
+    assert ref_pass["reference logits"] == min(LOGITS_CHUNK_TOKENS, 32 * 257) * per_token
     assert {"actor gathered units", "actor activations", "actor logits"} <= set(update)
     assert peak["bytes"] == sum(rollout.values())
     table = validate(qwen_7b, "--device-memory", "80")
@@ -85,10 +87,10 @@ def test_the_hf_engine_gathers_the_whole_model_in_compute_dtype_for_the_rollout(
 
 
 def test_a_call_that_does_not_fit_names_the_knobs_that_help(qwen_7b):
-    tight = validate(qwen_7b, "--device-memory", "48")
+    tight = validate(qwen_7b, "--device-memory", "32")
     assert tight.exit_code == 0, tight.output  # an estimate: a warning, not an error
     line = next(line for line in tight.stdout.splitlines() if line.startswith("warning: memory plan"))
-    assert "pool main needs 51.7 GiB in reference.compute_ref_log_prob, 3.7 GiB more than the device's 48.0 GiB" in line
+    assert "pool main needs 33.4 GiB in reference.compute_ref_log_prob, 1.4 GiB more than the device's 32.0 GiB" in line
     assert "more ranks (resource_pools.main.process_on_nodes, now 8)" in line and "roles.actor.fsdp.cpu_offload: true" in line
     greedy = validate(qwen_7b, "rollout.vllm.gpu_memory_utilization=0.9", "--device-memory", "80", "--format", "json")
     (misfit,) = json.loads(greedy.stdout)["memory"]["misfits"]
@@ -109,6 +111,19 @@ def test_a_token_budget_sizes_the_update_micro_batch():
     allocated = by_rows.phase_bytes("main", 0, allocated_only=True)  # beside torch.cuda.max_memory_allocated
     assert {call: allocated[call] + CONTEXT_BYTES for call in allocated} == by_rows.phase_bytes("main")
     assert list(allocated) == ["actor.generate_sequences", "actor.compute_log_prob", "actor.update_actor"]
+
+
+def test_the_logits_follow_the_log_prob_pass_chunk(monkeypatch):
+    import workers.log_probs
+
+    pools = {"main": PoolInfo("main", ("actor",), (1,), False, 4, None)}
+    recipe = tiny_recipe(trainer={"batch_size": 64}, rollout={"max_new_tokens": 31}, roles={"actor": {"micro_batch_size": 64}})
+    monkeypatch.setattr(workers.log_probs, "LOGITS_CHUNK_TOKENS", 1000)
+    chunked = plan_memory(recipe, pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
+    monkeypatch.setattr(workers.log_probs, "LOGITS_CHUNK_TOKENS", 0)  # 0: the unchunked pass
+    whole = plan_memory(recipe, pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
+    # a micro-batch of 64 rows (micro_batch_size) x 32 response positions = 2048 tokens, against chunks of 1000
+    assert whole == chunked * 2048 / 1000
 
 
 def test_the_vllm_share_of_an_unknown_device_is_unknown_not_zero(monkeypatch):

@@ -1,0 +1,445 @@
+"""What each call of a step holds in a GPU process, term by term: the part of the memory plan that
+knows the workers' calls (:mod:`rlhfctl.recipe.memory_plan` builds the plan from it and shows it).
+
+A call's :class:`Phase` holds the state of every role colocated in the process, the process's own
+terms (the CUDA context; a sleeping vLLM engine's residue), and the call's: gathered weights, the KV
+cache, activations, logits, gradients, the vLLM engine's share. Each :class:`Term` carries its formula.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from rlhfctl.recipe.memory_plan import RoleMemory
+
+__all__ = [
+    "CONTEXT_BYTES",
+    "LOGIT_FP32_COPIES",
+    "LOG_PROBS",
+    "ROLLOUT",
+    "UPDATE",
+    "VLLM_ASLEEP_BYTES",
+    "ModelShape",
+    "Phase",
+    "PlannedRole",
+    "RoleSpec",
+    "Term",
+    "model_shape",
+    "pool_phases",
+    "rollout_engine",
+    "samples_per_step",
+    "sequence_length",
+    "stage_of",
+]
+
+GIB = 2**30
+_FP32 = 4
+#: CUDA context + NCCL communicator buffers per GPU process, outside torch's allocator (so outside
+#: ``max_memory_allocated``). The context is about 0.3-0.6 GiB on CUDA 12 with lazy module loading;
+#: NCCL allocates NCCL_BUFFSIZE (4 MiB) per channel and peer, a few hundred MiB at world 8
+#: (NCCL's environment-variable docs); 1 GiB covers both.
+CONTEXT_BYTES = 1 * GIB
+#: What a vLLM engine keeps on the device while asleep at level 2 (weights and KV cache freed): its
+#: CUDA-graph pool and NCCL communicator stay resident (vLLM's sleep-mode docs; vllm-project/vllm PR
+#: 45623 lists both as memory that sleep does not release), about 1 GiB for a 7B model at TP 1.
+VLLM_ASLEEP_BYTES = 1 * GIB
+#: Float32 copies of a pass's logits: the ``.float()`` cast, the temperature division, log-softmax,
+#: and the entropy's probabilities (``workers/log_probs.py``), on top of the model's compute-dtype output.
+LOGIT_FP32_COPIES = 4
+
+ROLLOUT, LOG_PROBS, UPDATE = "rollout", "log-prob passes", "update"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One thing a process holds during a call: its name, whose, the knob kind, bytes (None: unknown here) and formula."""
+
+    name: str
+    role: str
+    kind: str  # state | gradients | unshard | kv_cache | activations | logits | engine | residue | context
+    bytes: int | None
+    formula: str
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One call of the step in one process (a pool's rank): its group (rollout, log-prob passes, update) and terms."""
+
+    call: str
+    group: str
+    rank: int
+    terms: tuple[Term, ...]
+
+    @property
+    def total(self) -> int:
+        """Bytes of the known terms."""
+        return sum(term.bytes or 0 for term in self.terms)
+
+    @property
+    def context(self) -> int:
+        """Bytes outside torch's allocator (the CUDA context and NCCL buffers)."""
+        return sum(term.bytes or 0 for term in self.terms if term.kind == "context")
+
+    @property
+    def unknown(self) -> list[str]:
+        """Terms whose size needs the device memory (the vLLM share without ``--device-memory``)."""
+        return [term.name for term in self.terms if term.bytes is None]
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    role: str
+    kind: str  # causal | value | classifier
+    trainable: bool
+    model_cfg: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PlannedRole:
+    """A role's state plan with what its per-call terms need."""
+
+    memory: "RoleMemory"
+    spec: RoleSpec
+    shape: ModelShape
+    section: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the per-call terms need of a model: sizes, and how its parameters split into FSDP2 units."""
+
+    model_type: str
+    hidden: int
+    intermediate: int
+    layers: int
+    kv_dim: int
+    vocab: int
+    causal: bool
+    parameters: int
+    layer_params: int  # the largest decoder layer
+    root_params: int  # outside the decoder layers: embeddings, head, final norm (FSDP2's root unit)
+    root_trainable: int
+    compute_bytes: int
+
+    def kv_cache_bytes(self, rows: int, length: int) -> int:
+        """Rows x length x layers x KV width x 2 (keys and values) x compute bytes."""
+        return rows * length * self.layers * self.kv_dim * 2 * self.compute_bytes
+
+    @property
+    def forward_width(self) -> int:
+        """Elements per token alive inside one layer's forward: about 4 x hidden + 3 x intermediate."""
+        return 4 * self.hidden + 3 * self.intermediate
+
+    @property
+    def saved_width(self) -> int:
+        """Elements per token one layer saves for backward: 6 x hidden + 2 x KV width + 4 x intermediate."""
+        return 6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate
+
+
+def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> ModelShape:
+    """The sizes of a (meta) model the terms need; its decoder layers as ``workers.engine`` finds them for FSDP2."""
+    from workers.engine import decoder_layers
+
+    config = model.config
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or int(config.hidden_size) // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    layers = decoder_layers(model)
+    in_layers = {id(p) for layer in layers for p in layer.parameters()}
+    root = [p for p in model.parameters() if id(p) not in in_layers]
+    return ModelShape(
+        model_type=str(getattr(config, "model_type", "")), hidden=int(config.hidden_size), intermediate=int(getattr(config, "intermediate_size", 4 * config.hidden_size)),
+        layers=int(config.num_hidden_layers), kv_dim=kv_heads * head_dim, vocab=int(config.vocab_size), causal=causal,
+        parameters=sum(p.numel() for p in model.parameters()),
+        layer_params=max((sum(p.numel() for p in layer.parameters()) for layer in layers), default=0),
+        root_params=sum(p.numel() for p in root), root_trainable=sum(p.numel() for p in root if p.requires_grad),
+        compute_bytes=compute_bytes,
+    )
+
+
+# ------------------------------------------------------------------ the recipe's sizes, schema defaults filled in
+
+
+def stage_of(recipe: Mapping[str, Any]) -> Any:
+    """The supervised stage ``algorithm.name`` names (``rlhfctl.recipe.stages.STAGES``), or None for the PPO family."""
+    from rlhfctl.recipe.stages import STAGES
+
+    return STAGES.get(str((recipe.get("algorithm") or {}).get("name") or "ppo"))
+
+
+def rollout_engine(recipe: Mapping[str, Any]) -> str:
+    """``rollout.engine`` with the schema's default."""
+    from workers.recipe import rollout_config
+
+    return str(rollout_config(recipe)["engine"])
+
+
+def _data(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    from rlhfctl.recipe.schema import DataConfig, defaults_of
+    from workers.recipe import section
+
+    return {**defaults_of(DataConfig), **{k: v for k, v in section(recipe, "data").items() if v is not None}}
+
+
+def sequence_length(recipe: Mapping[str, Any]) -> int:
+    """Prompt + response tokens of a rollout row (``data.max_prompt_length`` + ``rollout.max_new_tokens``)."""
+    from workers.recipe import rollout_config
+
+    return int(_data(recipe)["max_prompt_length"]) + int(rollout_config(recipe)["max_new_tokens"])
+
+
+def samples_per_step(recipe: Mapping[str, Any]) -> int:
+    """``trainer.batch_size`` x ``rollout.n``, the schema's defaults filled in."""
+    from workers.recipe import rollout_config, trainer_config
+
+    return int(trainer_config(recipe)["batch_size"]) * int(rollout_config(recipe)["n"])
+
+
+# ------------------------------------------------------------------ the terms of each call
+
+
+def _gib(count: int | None) -> str:
+    return "?" if count is None else f"{count / GIB:.2f} GiB"
+
+
+def _state_terms(planned: PlannedRole, rank: int) -> list[Term]:
+    """What a role keeps between calls: its (master) weights and optimizer moments, unless offloaded."""
+    memory, state = planned.memory, planned.memory.ranks[rank]
+    if state.offloaded:
+        return [Term(f"{memory.role} state (offloaded)", memory.role, "state", 0,
+                     f"fsdp.cpu_offload: {_gib(state.param_bytes + state.optimizer_bytes)} in host memory")]
+    where = f"/ {memory.world_size} ranks ({memory.strategy})" if memory.strategy == "fsdp2" and memory.world_size > 1 else "(replica)"
+    terms = [Term(f"{memory.role} weights", memory.role, "state", state.param_bytes,
+                  f"{_count(memory.parameters)} params x {'4 B fp32 master' if memory.trainable else f'{planned.shape.compute_bytes} B'} {where}")]
+    if state.optimizer_bytes:
+        terms.append(Term(f"{memory.role} optimizer", memory.role, "state", state.optimizer_bytes,
+                          f"{_count(memory.trainable_parameters)} trained x 2 AdamW moments x 4 B {where}"))
+    return terms
+
+
+def _gathered_weights(planned: PlannedRole) -> list[Term]:
+    """The whole model in compute dtype while ``serving`` holds it unsharded (fsdp2), or autocast's cached casts (ddp)."""
+    memory, shape = planned.memory, planned.shape
+    if memory.strategy == "fsdp2":
+        return [Term(f"{memory.role} gathered weights", memory.role, "unshard", shape.parameters * shape.compute_bytes,
+                     f"{_count(shape.parameters)} params x {shape.compute_bytes} B: every FSDP2 unit unsharded (serving)")]
+    if memory.trainable and shape.compute_bytes < _FP32:
+        return [Term(f"{memory.role} autocast casts", memory.role, "unshard", memory.trainable_parameters * shape.compute_bytes,
+                     f"{_count(memory.trainable_parameters)} params x {shape.compute_bytes} B cached by autocast")]
+    return []
+
+
+def _logit_chunk(shape: ModelShape) -> int | None:
+    """Tokens a log-prob pass scores at once: the pass's own chunk where the model's head scores in chunks, else None."""
+    from workers.forward import SCORED_HEAD_FAMILIES
+    from workers.log_probs import LOGITS_CHUNK_TOKENS  # the chunk's one home
+
+    return int(LOGITS_CHUNK_TOKENS) if LOGITS_CHUNK_TOKENS and shape.model_type in SCORED_HEAD_FAMILIES else None
+
+
+def _logits(role: str, shape: ModelShape, tokens: int) -> Term:
+    """A pass's logits of ``tokens`` response positions: compute-dtype output plus float32 copies, one chunk at a time
+    where the pass is chunked (with gradients, each chunk is recomputed in backward, so one chunk's exist at once)."""
+    chunk = _logit_chunk(shape)
+    held = tokens if chunk is None else min(tokens, chunk)
+    size = held * shape.vocab * (shape.compute_bytes + _FP32 * LOGIT_FP32_COPIES)
+    how = f"one chunk of {held} of {tokens} tokens" if chunk is not None else f"{tokens} tokens (unchunked)"
+    return Term(f"{role} logits", role, "logits", size,
+                f"{how} x vocab {shape.vocab} x ({shape.compute_bytes} B + {LOGIT_FP32_COPIES} fp32 copies x 4 B)")
+
+
+def _pass_terms(planned: PlannedRole, rows: int, length: int, response: int) -> list[Term]:
+    """A no-grad pass over ``rows`` rows of ``length`` tokens: gathered weights, one layer's activations, logits."""
+    role, shape = planned.memory.role, planned.shape
+    tokens = rows * length
+    terms = _gathered_weights(planned) + [
+        Term(f"{role} activations", role, "activations", tokens * shape.forward_width * shape.compute_bytes,
+             f"{rows} rows x {length} tokens x (4 x {shape.hidden} + 3 x {shape.intermediate}) x {shape.compute_bytes} B")]
+    if shape.causal:
+        terms.append(_logits(role, shape, rows * (response + 1)))
+    return terms
+
+
+def _update_terms(planned: PlannedRole, rank: int, tokens: int, logit_tokens: int, checkpointing: bool) -> list[Term]:
+    """One micro-batch's forward and backward: gradients, FSDP2's gathered units, activations, logits."""
+    memory, shape, c = planned.memory, planned.shape, planned.shape.compute_bytes
+    role, state = memory.role, memory.ranks[rank]
+    where = f" / {memory.world_size} ranks" if memory.strategy == "fsdp2" and memory.world_size > 1 else ""
+    terms = [Term(f"{role} gradients", role, "gradients", 0 if state.offloaded else state.grad_bytes,
+                  f"{_count(memory.trainable_parameters)} trained x 4 B{where}" + (" (offloaded)" if state.offloaded else ""))]
+    if memory.strategy == "fsdp2":
+        unit = max(shape.root_trainable, shape.layer_params if memory.trainable_parameters == memory.parameters else 0)
+        size = (shape.root_params + 2 * shape.layer_params + shape.root_trainable) * c + unit * _FP32
+        terms.append(Term(f"{role} gathered units", role, "unshard", size,
+                          f"(root {_count(shape.root_params)} + 2 layers x {_count(shape.layer_params)} + root grads "
+                          f"{_count(shape.root_trainable)}) x {c} B + {_count(unit)} x 4 B reduce copy"))
+    else:
+        terms += _gathered_weights(planned)
+    layers = 1 if checkpointing else shape.layers
+    saved = tokens * shape.saved_width * c * layers + (tokens * shape.hidden * c * shape.layers if checkpointing else 0)
+    how = f"+ {shape.layers} layer inputs x {shape.hidden} (checkpointed)" if checkpointing else f"x {shape.layers} layers"
+    terms.append(Term(f"{role} activations", role, "activations", saved,
+                      f"{tokens} tokens x (6 x {shape.hidden} + 2 x {shape.kv_dim} + 4 x {shape.intermediate}) x {c} B {how}"))
+    if shape.causal:
+        terms.append(_logits(role, shape, logit_tokens))
+    return terms
+
+
+def _count(number: int) -> str:
+    for suffix, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if number >= size:
+            return f"{number / size:.2f}{suffix}"
+    return str(number)
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """The rollout engine's presence in the actor's process: awake in the rollout, and outside it."""
+
+    rollout: tuple[Term, ...]
+    between: tuple[Term, ...]
+
+
+def _vllm_engine(recipe: Mapping[str, Any], actor: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
+    """vLLM's share while awake (``gpu_memory_utilization`` x the device) and its residue asleep; on CPU its weights + KV."""
+    from workers.recipe import rollout_config
+    from workers.sampling.vllm_engine import engine_settings
+
+    settings = engine_settings(rollout_config(recipe))
+    if not use_gpu:
+        weights = actor.shape.parameters * actor.shape.compute_bytes
+        kv = int(float(settings["cpu_kv_cache_gib"]) * GIB)
+        term = Term("vLLM engine", "actor", "engine", weights + kv,
+                    f"weights {_count(actor.shape.parameters)} x {actor.shape.compute_bytes} B + rollout.vllm.cpu_kv_cache_gib {settings['cpu_kv_cache_gib']}")
+        return _Engine((term,), (term,))
+    share = float(settings["gpu_memory_utilization"])
+    awake = Term("vLLM engine (awake)", "actor", "engine", None if device_memory is None else int(share * device_memory),
+                 f"rollout.vllm.gpu_memory_utilization {share:g} x device {_gib(device_memory)}: weights, KV cache, activations")
+    if not settings["enable_sleep_mode"]:
+        return _Engine((awake,), (awake,))
+    asleep = Term("vLLM engine (asleep)", "actor", "residue", VLLM_ASLEEP_BYTES,
+                  "sleep level 2 frees weights and KV cache; CUDA graphs and NCCL buffers stay")
+    return _Engine((awake,), (asleep,))
+
+
+def _hf_rollout(recipe: Mapping[str, Any], actor: PlannedRole, rank: int) -> tuple[Term, ...]:
+    """The actor's own sampler: the whole model gathered, the KV cache, the prefill's activations, the step's logits."""
+    shape, rows = actor.shape, math.ceil(samples_per_step(recipe) / actor.memory.world_size)
+    prompt, length = int(_data(recipe)["max_prompt_length"]), sequence_length(recipe)
+    kv = actor.memory.ranks[rank].kv_cache_bytes
+    prefill = rows * prompt * shape.forward_width * shape.compute_bytes
+    sampling = rows * shape.vocab * _FP32 * LOGIT_FP32_COPIES
+    return tuple(_gathered_weights(actor)) + (
+        Term("actor KV cache", "actor", "kv_cache", kv,
+             f"{rows} rows x {length} tokens x {shape.layers} layers x KV width {shape.kv_dim} x 2 x {shape.compute_bytes} B"),
+        Term("actor activations", "actor", "activations", prefill,
+             f"prefill {rows} rows x {prompt} tokens x (4 x {shape.hidden} + 3 x {shape.intermediate}) x {shape.compute_bytes} B"),
+        Term("actor logits", "actor", "logits", sampling, f"{rows} rows x vocab {shape.vocab} x 4 B x {LOGIT_FP32_COPIES} copies per step"),
+    )
+
+
+# ------------------------------------------------------------------ the calls of a step, per process
+
+
+def _role_settings(recipe: Mapping[str, Any], role: str) -> dict[str, Any]:
+    from workers import recipe as sections
+
+    defaults = {"actor": sections.ACTOR_DEFAULTS, "reference": sections.REFERENCE_DEFAULTS,
+                "critic": sections.CRITIC_DEFAULTS, "reward": sections.REWARD_DEFAULTS}[role]
+    return sections.role_config(recipe, role, defaults)
+
+
+def _needs_old_log_probs(recipe: Mapping[str, Any]) -> bool:
+    from rlhfctl.recipe.resolve import needs_old_log_probs
+
+    try:
+        return needs_old_log_probs(recipe)
+    except (KeyError, TypeError, ValueError):  # a partial recipe (a test's, a script's): count the pass
+        return True
+
+
+def _update_call(recipe: Mapping[str, Any], planned: PlannedRole, rank: int, rows: int, length: int, response: int) -> list[Term]:
+    """An update's micro-batch: ``micro_batch_tokens`` tokens, or ``micro_batch_size`` (else a mini-batch's) rows."""
+    from rlhfctl.recipe.resolve import samples_per_rank
+    from workers.recipe import rollout_config
+
+    settings = _role_settings(recipe, planned.memory.role)
+    budget = settings.get("micro_batch_tokens")
+    micro = settings.get("micro_batch_size") or samples_per_rank(
+        settings.get("mini_batch_size"), int(rollout_config(recipe)["n"]), planned.memory.world_size, rows)
+    tokens, logit_tokens = (int(budget), int(budget)) if budget else (micro * length, micro * (response + 1))
+    checkpointing = bool(planned.spec.model_cfg.get("gradient_checkpointing"))
+    return _update_terms(planned, rank, tokens, logit_tokens, checkpointing)
+
+
+def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int,
+               engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
+    """(call, group, its own terms) for the PPO step's calls of the roles in one process, in step order."""
+    from rlhfctl.recipe.resolve import reference_source
+    from workers.recipe import rollout_config
+
+    length, response = sequence_length(recipe), int(rollout_config(recipe)["max_new_tokens"])
+    rows = {role: math.ceil(samples_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
+    micro = {role: _role_settings(recipe, role).get("micro_batch_size") for role in roles if role != "reward"}
+    calls: list[tuple[str, str, list[Term]]] = []
+    if "actor" in roles:
+        rollout = list(engine.rollout) if engine else list(_hf_rollout(recipe, roles["actor"], rank))
+        calls.append(("actor.generate_sequences", ROLLOUT, rollout))
+    if "reward" in roles:
+        batch = _role_settings(recipe, "reward").get("batch_size") or rows["reward"]
+        calls.append(("reward.compute_rewards", LOG_PROBS, _pass_terms(roles["reward"], min(batch, rows["reward"]), length, response)))
+    if "reference" in roles:
+        calls.append(("reference.compute_ref_log_prob", LOG_PROBS, _pass_terms(roles["reference"], rows["reference"], length, response)))
+    elif "actor" in roles and reference_source(recipe) == "actor":
+        calls.append(("actor.compute_ref_log_prob", LOG_PROBS, _pass_terms(roles["actor"], micro["actor"] or rows["actor"], length, response)))
+    if "critic" in roles:
+        calls.append(("critic.compute_values", LOG_PROBS, _pass_terms(roles["critic"], micro["critic"] or rows["critic"], length, response)))
+    if "actor" in roles and _needs_old_log_probs(recipe):
+        calls.append(("actor.compute_log_prob", LOG_PROBS, _pass_terms(roles["actor"], micro["actor"] or rows["actor"], length, response)))
+    for role, method in (("critic", "update_critic"), ("actor", "update_actor")):
+        if role in roles:
+            calls.append((f"{role}.{method}", UPDATE, _update_call(recipe, roles[role], rank, rows[role], length, response)))
+    return calls
+
+
+def _stage_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
+    """A supervised stage's calls: dpo's reference pass, then the trained role's training step."""
+    from workers.recipe import trainer_config
+
+    stage = stage_of(recipe)
+    assert stage is not None
+    length = int(_data(recipe)["max_length"])
+    pairs = 2 if stage.record_kind == "preferences" else 1
+    calls: list[tuple[str, str, list[Term]]] = []
+    for role, planned in roles.items():
+        rows = math.ceil(int(trainer_config(recipe)["batch_size"]) / planned.memory.world_size) * pairs
+        if role == stage.trained_role:
+            calls.append((f"{role}.{stage.methods[1]}", UPDATE, _update_call(recipe, planned, rank, rows, length, length - 1)))
+        elif role == "reference":
+            calls.insert(0, ("reference.compute_ref_log_prob", LOG_PROBS, _pass_terms(planned, rows, length, length - 1)))
+    return calls
+
+
+def pool_phases(recipe: Mapping[str, Any], members: list[PlannedRole], use_gpu: bool, device_memory: int | None) -> list[Phase]:
+    """Every call of every rank of one pool's processes: the colocated roles' state, the engine, the call's own terms."""
+    roles = {planned.memory.role: planned for planned in members}
+    stage = stage_of(recipe) is not None
+    engine = None
+    if "actor" in roles and not stage and rollout_engine(recipe) == "vllm":
+        engine = _vllm_engine(recipe, roles["actor"], use_gpu, device_memory)
+    context = [Term("CUDA context + NCCL", "", "context", CONTEXT_BYTES, "per process, outside torch's allocator")] if use_gpu else []
+    phases = []
+    for rank in range(max(planned.memory.world_size for planned in members)):
+        resident = context + [term for planned in members if rank < planned.memory.world_size
+                              for term in _state_terms(planned, rank)]
+        calls = _stage_calls(recipe, roles, rank) if stage else _ppo_calls(recipe, roles, rank, engine)
+        for call, group, own in calls:
+            between = list(engine.between) if engine is not None and group != ROLLOUT else []
+            phases.append(Phase(call, group, rank, tuple(resident + between + own)))
+    return phases
