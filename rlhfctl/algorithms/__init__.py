@@ -1,43 +1,15 @@
 """RL algorithms as pure tensor functions: advantage estimators, KL penalties and controllers,
 PPO losses, masked statistics.
 
-No I/O and no distribution here: the trainer moves tensors, these functions compute. Importing
-this package registers the built-in advantage estimators ("gae", "grpo", "rloo",
-"reinforce_plus_plus", "remax"). See ``docs/algorithms.md`` for the formulas and recipe keys.
+No I/O and no distribution here: the trainer moves tensors, these functions compute. The built-in
+advantage estimators ("gae", "grpo", "rloo", "reinforce_plus_plus", "remax") register when the registry
+is first imported. The names are imported on first use, so that ``choices`` (the names a recipe may give,
+read by the schema checks) loads without torch. See ``docs/algorithms.md`` for the formulas and recipe keys.
 """
 
-from .advantages import (
-    gae_advantages,
-    grpo_advantages,
-    reinforce_pp_advantages,
-    remax_advantages,
-    rloo_advantages,
-)
-from .kl import (
-    KL_KINDS,
-    AdaptiveKLController,
-    FixedKLController,
-    KLController,
-    apply_kl_penalty,
-    build_kl_controller,
-    kl_penalty,
-)
-from .losses import (
-    LOSS_AGG_MODES,
-    agg_loss,
-    entropy_from_logits,
-    ppo_policy_loss,
-    token_log_probs,
-    truncated_importance_weights,
-    value_loss,
-)
-from .masked import explained_variance, masked_mean, masked_sum, masked_var, masked_whiten
-from .registry import (
-    ADVANTAGE_ESTIMATORS,
-    compute_advantages,
-    get_advantage_estimator,
-    register_advantage_estimator,
-)
+from __future__ import annotations
+
+from rlhfctl.lazy_exports import lazy_exports
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -69,3 +41,36 @@ __all__ = [
     "token_log_probs",
     "value_loss",
 ]
+
+_LAZY = {
+    "ADVANTAGE_ESTIMATORS": "rlhfctl.algorithms.registry",
+    "KL_KINDS": "rlhfctl.algorithms.choices",
+    "LOSS_AGG_MODES": "rlhfctl.algorithms.choices",
+    "AdaptiveKLController": "rlhfctl.algorithms.kl",
+    "FixedKLController": "rlhfctl.algorithms.kl",
+    "KLController": "rlhfctl.algorithms.kl",
+    "agg_loss": "rlhfctl.algorithms.losses",
+    "apply_kl_penalty": "rlhfctl.algorithms.kl",
+    "build_kl_controller": "rlhfctl.algorithms.kl",
+    "compute_advantages": "rlhfctl.algorithms.registry",
+    "entropy_from_logits": "rlhfctl.algorithms.losses",
+    "explained_variance": "rlhfctl.algorithms.masked",
+    "gae_advantages": "rlhfctl.algorithms.advantages",
+    "get_advantage_estimator": "rlhfctl.algorithms.registry",
+    "grpo_advantages": "rlhfctl.algorithms.advantages",
+    "kl_penalty": "rlhfctl.algorithms.kl",
+    "masked_mean": "rlhfctl.algorithms.masked",
+    "masked_sum": "rlhfctl.algorithms.masked",
+    "masked_var": "rlhfctl.algorithms.masked",
+    "masked_whiten": "rlhfctl.algorithms.masked",
+    "ppo_policy_loss": "rlhfctl.algorithms.losses",
+    "truncated_importance_weights": "rlhfctl.algorithms.losses",
+    "register_advantage_estimator": "rlhfctl.algorithms.registry",
+    "reinforce_pp_advantages": "rlhfctl.algorithms.advantages",
+    "remax_advantages": "rlhfctl.algorithms.advantages",
+    "rloo_advantages": "rlhfctl.algorithms.advantages",
+    "token_log_probs": "rlhfctl.algorithms.losses",
+    "value_loss": "rlhfctl.algorithms.losses",
+}
+
+__getattr__ = lazy_exports(__name__, _LAZY)

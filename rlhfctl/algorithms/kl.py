@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 import torch
 
+from rlhfctl.algorithms.choices import KL_KINDS
+
 from .masked import masked_mean
 
 __all__ = [
@@ -29,7 +31,6 @@ __all__ = [
 ]
 
 #: Canonical estimator names.
-KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "abs")
 _KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from rlhfctl.algorithms.choices import LOSS_AGG_MODES
+
 from .masked import masked_mean
 
 __all__ = [
@@ -22,7 +24,6 @@ __all__ = [
 ]
 
 #: Accepted values of ``roles.actor.loss_agg_mode``.
-LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 
 # log-ratio clamp before exp, as verl: keeps the ratio finite for badly stale samples.
 _LOG_RATIO_CLAMP = 20.0

@@ -143,3 +143,8 @@ def compute_advantages(
             if key not in params and value is not None:
                 kwargs[key] = value
     return fn(**kwargs)
+
+
+# The built-in estimators register themselves when their module is imported; importing it here makes any
+# use of the registry see them (the package's names are imported lazily).
+from rlhfctl.algorithms import advantages as _builtin_estimators  # noqa: E402,F401

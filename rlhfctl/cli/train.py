@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_console, show_library_output
+from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_console, refuse_missing_paths, show_library_output
 from rlhfctl.cli.errors import EXIT_USER, guarded
 
 __all__ = ["train"]
@@ -39,6 +39,7 @@ def train(
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
         cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
+        refuse_missing_paths(cfg, err)
         show_library_output(verbose)
         from rlhfctl.cli.essentials import render_essentials
         from rlhfctl.cli.reporters import make_reporter

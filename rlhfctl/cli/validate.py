@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from rlhfctl.cli.console import OutputFormat, OverridesArg, RecipeArg, load_for_command, make_console, print_line, resolve_recipe_path
+from rlhfctl.cli.console import (OutputFormat, OverridesArg, RecipeArg, load_for_command, make_console, print_line,
+                                 refuse_missing_paths, resolve_recipe_path)
 from rlhfctl.cli.errors import EXIT_USER, guarded
 from rlhfctl.errors import UserError
 
@@ -58,14 +59,16 @@ def validate(
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.recipe.validate import validate_recipe
-
         device_bytes = _device_bytes(device_memory)
-        loaded = _load_or_report(recipe, overrides, output_format, console)
+        loaded = _load_or_report(recipe, overrides, output_format, console)  # before the heavy imports
         if loaded is None:  # a pipeline file
             _validate_pipeline(resolve_recipe_path(recipe), overrides, output_format, console, err)
             return
         cfg, path = loaded
+        if output_format is OutputFormat.table:  # a tool asking for JSON gets the whole report
+            refuse_missing_paths(cfg, err)
+        from rlhfctl.recipe.validate import validate_recipe
+
         report = validate_recipe(cfg, batch_size=batch_size, device_memory=device_bytes)
         if output_format is OutputFormat.json:
             console.file.write(json.dumps({"recipe": str(path), **report.to_dict()}, indent=2) + "\n")
@@ -82,7 +85,6 @@ def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: 
     (that one error) on stdout first, then the error as usual (stderr, exit 2)."""
     from rlhfctl.pipeline.load import is_pipeline_file
     from rlhfctl.recipe.errors import RecipeError, error
-    from rlhfctl.recipe.validate import ValidationReport
 
     try:
         if is_pipeline_file(resolve_recipe_path(recipe)):
@@ -90,6 +92,8 @@ def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: 
         return load_for_command(recipe, overrides)
     except RecipeError as failure:
         if output_format is OutputFormat.json:
+            from rlhfctl.recipe.validate import ValidationReport
+
             report = ValidationReport(issues=[error(failure.key_path, str(failure))])
             console.file.write(json.dumps({"recipe": recipe, **report.to_dict()}, indent=2) + "\n")
         raise

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import torch
 
 from rlhfctl.data.batching import PromptBatcher
+from rlhfctl.data.choices import OVERLONG_POLICIES
 from rlhfctl.data.errors import DataConfigError, DataFileError
 from rlhfctl.data.records import SUPPORTED_EXTENSIONS, load_records
 
@@ -42,8 +43,6 @@ __all__ = [
     "load_records",
     "prompt_of",
 ]
-
-OVERLONG_POLICIES = ("error", "truncate", "skip")
 
 
 @dataclass(frozen=True)

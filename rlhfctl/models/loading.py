@@ -53,6 +53,7 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from rlhfctl.errors import UserError
+from rlhfctl.local_paths import looks_local
 from rlhfctl.models.tokenizer import TOKENIZER_CLASS_NAME, CharTokenizer
 
 __all__ = [
@@ -119,11 +120,6 @@ def _dtype_kwargs(dtype: torch.dtype | str | None) -> dict[str, Any]:
     if dtype is None:
         return {}
     return {"dtype": dtype} if _USES_DTYPE_KWARG else {"torch_dtype": dtype}
-
-
-def looks_local(path: str) -> bool:
-    """Whether a model path names a local directory (checked to exist) rather than a hub id."""
-    return path.startswith((".", "/", "~"))
 
 
 def _resolve_path(path: Any, what: str) -> str:

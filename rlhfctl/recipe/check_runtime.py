@@ -8,10 +8,9 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from rlhfctl.models.loading import looks_local as _looks_local
+from rlhfctl.recipe.check_paths import data_file_issues, model_path_issues, resume_issues
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
@@ -136,12 +135,7 @@ def check_models(cfg: Any) -> list[Issue]:
 
 def check_model(role: str, model: Any, needed_positions: int, needed_by: str) -> list[Issue]:
     """One role's model: local paths that do not exist, and inline configs with too few positions."""
-    issues = []
-    for field in ("path", "tokenizer_path"):
-        value = model.get(field)
-        if value and _looks_local(str(value)) and not Path(os.path.expanduser(str(value))).exists():
-            key = f"roles.{role}.model.{field}"
-            issues.append(error(key, f"{key}: local path not found: {value}"))
+    issues = model_path_issues(role, model)
     config = model.get("config")
     limit = config.get("max_position_embeddings") if config is not None and not model.get("path") else None
     if isinstance(limit, int) and limit < needed_positions:
@@ -152,10 +146,7 @@ def check_model(role: str, model: Any, needed_positions: int, needed_by: str) ->
 
 def check_resume(cfg: Any) -> list[Issue]:
     """An error when trainer.resume names a checkpoint path that does not exist."""
-    resume = str(cfg.trainer.resume)
-    if resume in ("never", "auto") or Path(os.path.expanduser(resume)).exists():
-        return []
-    return [error("trainer.resume", f"trainer.resume: checkpoint not found: {resume} (use never, auto or an existing checkpoint path)")]
+    return resume_issues(cfg)
 
 
 # ---------------------------------------------------------------------------------- worker classes and the reward function
@@ -199,32 +190,10 @@ def check_workers(cfg: Any) -> list[Issue]:
 
 
 # ---------------------------------------------------------------------------------- data
-_CREATE_HINT = "create it (one JSON object per line with a prompt field) or point the recipe at an existing file"
-
-
 def check_data(cfg: Any) -> list[Issue]:
     """Errors for missing or unsupported data files; warnings for settings that are ignored."""
-    from rlhfctl.data.records import SAVED_DATASET_STATE, SUPPORTED_EXTENSIONS
-
     data = cfg.data
-    issues = []
-    for key in ("train_files", "val_files"):
-        for index, name in enumerate(data.get(key) or []):
-            path_key = f"data.{key}[{index}]"
-            file = Path(os.path.expanduser(str(name)))
-            if not file.exists():
-                issues.append(error(path_key, f"{path_key}: data file not found: {name} (relative to {os.getcwd()}); {_CREATE_HINT}"))
-            elif file.is_dir():
-                if not (file / SAVED_DATASET_STATE).is_file():  # else a datasets save_to_disk directory
-                    issues.append(error(path_key, (
-                        f"{path_key}: {name} is a directory without {SAVED_DATASET_STATE}; give a data file "
-                        "or a directory written by datasets' save_to_disk"
-                    )))
-            elif file.suffix.lower() not in SUPPORTED_EXTENSIONS:
-                issues.append(error(path_key, (
-                    f"{path_key}: unsupported file type {file.suffix or '(none)'!r} for {name}; "
-                    f"use one of {', '.join(SUPPORTED_EXTENSIONS)}"
-                )))
+    issues = data_file_issues(data)
     if data.train_files and data.task:
         issues.append(warning("data.task", f"data.task: {data.task!r} is ignored because data.train_files is set"))
     if not data.train_files and data.task:

@@ -213,13 +213,13 @@ _KL_KIND_ALIASES = ("kl", "mse", "low_var_kl")
 
 
 def _loss_agg_modes() -> tuple[str, ...]:
-    from rlhfctl.algorithms.losses import LOSS_AGG_MODES
+    from rlhfctl.algorithms.choices import LOSS_AGG_MODES
 
     return tuple(LOSS_AGG_MODES)
 
 
 def _kl_kinds() -> tuple[str, ...]:
-    from rlhfctl.algorithms.kl import KL_KINDS
+    from rlhfctl.algorithms.choices import KL_KINDS
 
     return tuple(KL_KINDS) + _KL_KIND_ALIASES
 
@@ -231,7 +231,7 @@ def _tasks() -> tuple[str, ...]:
 
 
 def _overlong() -> tuple[str, ...]:
-    from rlhfctl.data.prompts import OVERLONG_POLICIES
+    from rlhfctl.data.choices import OVERLONG_POLICIES
 
     return tuple(OVERLONG_POLICIES)
 
