@@ -26,7 +26,8 @@ from flops import shares
 QWEN_05B = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
             "num_key_value_heads": 2, "intermediate_size": 4864, "vocab_size": 151936, "tie_word_embeddings": True,
             "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
-PHASES = ("rollout", "log_prob", "update")
+# The check's phases and the actor call the memory plan predicts each one for (MemoryPlan.phase_bytes).
+PHASES = {"rollout": "actor.generate_sequences", "log_prob": "actor.compute_log_prob", "update": "actor.update_actor"}
 GIB = 1 << 30
 
 
@@ -75,7 +76,8 @@ def _planned_phases(recipe: dict, on_cuda: bool) -> tuple[Any, dict[str, int]]:
     from rlhfctl.recipe.pools import PoolInfo
 
     plan = plan_memory(recipe, {"main": PoolInfo("main", ("actor",), (1,), on_cuda, 4, None)})
-    return plan.roles[0].largest, dict(plan.phase_bytes("main", 0))
+    by_call = plan.phase_bytes("main", 0, allocated_only=True)  # what max_memory_allocated can see
+    return plan.roles[0].largest, {phase: by_call[call] for phase, call in PHASES.items() if call in by_call}
 
 
 def _prompt_batch(prompts: int, seed: int) -> Any:
