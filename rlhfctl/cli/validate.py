@@ -1,6 +1,7 @@
 """``rlhfctl validate``: check a recipe without starting anything and show its derived batch table.
 
-The report is rendered with rich: issues, pools and colocation, and the batch table (``render_report``);
+The report is rendered with rich: issues, pools and colocation, the batch table, the memory plan and the
+first training prompt as the model sees it (``render_report``);
 ``rlhfctl train`` shows the issues the same way (``render_issues``).
 """
 
@@ -22,10 +23,11 @@ from rlhfctl.errors import UserError
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
     from rlhfctl.recipe.arithmetic import EpochRow
+    from rlhfctl.recipe.example_prompt import ExamplePrompt
     from rlhfctl.recipe.memory_plan import MemoryPlan
     from rlhfctl.recipe.validate import ValidationReport
 
-__all__ = ["render_batch", "render_issues", "render_pools", "render_report", "validate"]
+__all__ = ["render_batch", "render_example", "render_issues", "render_pools", "render_report", "validate"]
 
 def validate(
     recipe: str = RecipeArg(),
@@ -44,6 +46,10 @@ def validate(
     Shows the memory plan: each role's state per rank, then each pool's bytes per process during every
     call of the step (rollout, log-prob passes, updates) and the peak call, against --device-memory (a
     bare number is GiB); a call that does not fit is a warning naming the knobs that help.
+    With the actor's tokenizer on disk (roles.actor.model.path or tokenizer_path) and data.train_files,
+    shows the first prompt as the model sees it (after the chat template), its token count and the
+    decode(encode(text)) round trip; a tokenizer that drops or merges characters, or that loads as
+    another class than tokenizer_config.json saved, is a warning.
     No weights are loaded.
     A pipeline file (top-level `stages:`) gets every stage's recipe checked the way `rlhfctl pipeline`
     checks them before it runs; overrides are then `output_dir=DIR` or `STAGE.KEY=value`.
@@ -243,15 +249,13 @@ def _ranks_cell(world: int, ranks: list[int]) -> str:
 
 
 def render_memory(console: Console, plan: MemoryPlan | None) -> None:
-    """The plan: each role's state per rank, then each pool's bytes per call and its peak."""
-    if plan is None or (not plan.roles and not plan.skipped):
+    """The plan: each role's state per rank, then each pool's bytes per call and its peak (a role the plan
+    skipped is a warning of the report, shown with the others)."""
+    if plan is None or not plan.roles:
         return
-    if plan.roles:
-        _render_state(console, plan)
+    _render_state(console, plan)
     for pool in plan.phases:
         _render_phases(console, plan, pool)
-    for role, reason in plan.skipped.items():
-        print_line(console, Text(f"memory plan: roles.{role} skipped ({reason})").plain, "yellow")
 
 
 def _render_state(console: Console, plan: MemoryPlan) -> None:
@@ -309,12 +313,47 @@ def _render_phases(console: Console, plan: MemoryPlan, pool: str) -> None:
         print_line(console, f"pool {pool}: {', '.join(unknown)} not counted: give --device-memory (a bare number is GiB)", "yellow")
 
 
+_SHOWN_LINES = 24
+_SHOWN_CHARACTERS = 2000
+
+
+def render_example(console: Console, example: ExamplePrompt | None) -> None:
+    """The first training prompt as the model sees it (each line behind a bar), its tokens and the round trip."""
+    if example is None:
+        return
+    template = "after the chat template (data.apply_chat_template)" if example.chat_template else "no chat template"
+    print_line(console, (f"example prompt: {example.source} record 1, {template}, tokenizer {example.tokenizer_class} "
+                         f"({example.key}):"), "bold")
+    shown = example.text[:_SHOWN_CHARACTERS]
+    lines = shown.split("\n")
+    for line in lines[:_SHOWN_LINES]:
+        print_line(console, f"  | {line}")
+    hidden = len(example.text) - len("\n".join(lines[:_SHOWN_LINES]))
+    if hidden > 0:
+        print_line(console, f"  | ... ({hidden} more characters)", "dim")
+    pieces = " ".join(repr(piece) for piece in example.pieces)
+    more = f" ... ({example.tokens - len(example.pieces)} more)" if example.tokens > len(example.pieces) else ""
+    print_line(console, f"  tokens: {pieces}{more}", "dim")
+    limit = example.max_prompt_length
+    bound = "" if example.tokens <= limit else {
+        "truncate": f", over it: the run keeps the last {limit} (data.overlong=truncate)",
+        "skip": ", over it: the run skips this record (data.overlong=skip)",
+    }.get(example.overlong, ", over it")
+    print_line(console, (f"  {example.tokens} tokens for {example.characters} characters "
+                         f"(data.max_prompt_length {limit}{bound})"))
+    if example.round_trip is None:
+        print_line(console, "  round trip: decode(encode(text)) == text", "green")
+    else:
+        print_line(console, f"  round trip: decode(encode(text)) differs {example.round_trip}", "yellow")
+
+
 def render_report(console: Console, report: ValidationReport, errors_console: Console | None = None) -> None:
-    """The whole report: pools, batch table, issues, and a closing verdict line."""
+    """The whole report: pools, batch table, memory plan, example prompt, issues, and a closing verdict line."""
     if report.pools:
         render_pools(console, report)
     render_batch(console, report)
     render_memory(console, report.memory)
+    render_example(console, report.example)
     render_issues(console, report, errors_console)
     warnings = len(report.warnings)
     if report.ok:

@@ -34,6 +34,7 @@ the bytes of each call for one pool's rank; the peak call is what must fit the d
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Mapping
@@ -290,8 +291,10 @@ def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.
         except OSError:
             raise LookupError(f"{inline['path']} is neither a local directory nor in the Hugging Face cache, "
                               "and the plan reads only local configs") from None
+        tokenizer = _checkpoint_tokenizer(inline, config)
         inline = {**inline, "path": None, "tokenizer_path": None, "config": config.to_dict()}
-    tokenizer = loading.load_tokenizer(inline, trust_remote_code=bool(inline.get("trust_remote_code")))
+    else:
+        tokenizer = loading.load_tokenizer(inline, trust_remote_code=bool(inline.get("trust_remote_code")))
     build = {"causal": loading.load_causal_lm, "value": loading.load_token_value_model,
              "classifier": loading.load_sequence_classifier}[kind]
     with torch.device("meta"):
@@ -301,6 +304,64 @@ def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.
 
             model = apply_lora(model, {} if lora is True else lora, seed=0)
     return model
+
+
+class VocabularyMismatch(ValueError):
+    """A checkpoint's config.json ``vocab_size`` is smaller than its tokenizer: the larger ids have no embedding."""
+
+
+class _CheckpointVocabulary:
+    """Stands in for a tokenizer the plan cannot read here: the checkpoint's own vocabulary size and special ids."""
+
+    def __init__(self, config: Any) -> None:
+        self.size = int(getattr(config, "vocab_size", 0) or 0)
+        self.pad_token_id = getattr(config, "pad_token_id", None)
+        self.eos_token_id = getattr(config, "eos_token_id", None)
+        self.bos_token_id = getattr(config, "bos_token_id", None)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _checkpoint_tokenizer(model_cfg: Mapping[str, Any], config: Any) -> Any:
+    """The tokenizer the run pairs with a checkpoint (``tokenizer_path``, else ``path``) when it is on disk here,
+    checked against config.json's ``vocab_size``; else a stand-in with the checkpoint's own vocabulary."""
+    field = "tokenizer_path" if model_cfg.get("tokenizer_path") else "path"
+    tokenizer = _local_tokenizer(str(model_cfg[field]), bool(model_cfg.get("trust_remote_code")))
+    vocab = getattr(config, "vocab_size", None)
+    if tokenizer is None or vocab is None:
+        return _CheckpointVocabulary(config)
+    if int(vocab) < len(tokenizer):
+        where = "" if field == "path" else f", from model.tokenizer_path {model_cfg[field]}"
+        raise VocabularyMismatch(
+            f"{model_cfg['path']}/config.json has vocab_size={vocab}, smaller than the tokenizer ({len(tokenizer)} "
+            f"tokens{where}): token ids {vocab}..{len(tokenizer) - 1} have no embedding row; resize the model's "
+            "embeddings to the tokenizer (resize_token_embeddings) and save it again, or use its own tokenizer"
+        )
+    return tokenizer
+
+
+def _local_tokenizer(source: str, trust_remote_code: bool) -> Any:
+    """The tokenizer in ``source`` when it is a local directory or cached hub id (None when not here or unloadable)."""
+    from rlhfctl.recipe.example_prompt import local_directory
+
+    directory = local_directory(source)
+    if directory is None:
+        return None
+    files = sorted(os.listdir(directory))
+    stamp = tuple((name, os.stat(os.path.join(directory, name)).st_mtime_ns) for name in files if "token" in name)
+    return _load_tokenizer(directory, trust_remote_code, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer(directory: str, trust_remote_code: bool, stamp: tuple[tuple[str, int], ...]) -> Any:
+    """One load per tokenizer directory and version of its files: the plan asks once per role sharing it."""
+    from rlhfctl.models import loading
+
+    try:
+        return loading.load_tokenizer({"path": directory}, trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - a tokenizer that does not load is the example prompt's error, not the plan's
+        return None
 
 
 # ------------------------------------------------------------------ each role's state
@@ -403,7 +464,8 @@ def plan_memory(recipe: Mapping[str, Any], pools: Mapping[str, Any], device_memo
         try:
             planned = _role_memory(recipe, spec, world, pool.name, math.ceil(samples_per_step(recipe) / world))
         except Exception as failure:  # noqa: BLE001 - reported per role; the rest of the plan still helps
-            plan.skipped[spec.role] = f"{type(failure).__name__}: {failure}"
+            plan.skipped[spec.role] = str(failure) if isinstance(failure, VocabularyMismatch) else (
+                f"{type(failure).__name__}: {failure}")
             continue
         plan.roles.append(planned.memory)
         members.setdefault(pool.name, []).append(planned)

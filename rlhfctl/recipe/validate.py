@@ -21,6 +21,7 @@ from rlhfctl.recipe.check_runtime import (
     check_workers,
 )
 from rlhfctl.recipe.errors import Issue, RecipeError, error, warning
+from rlhfctl.recipe.example_prompt import ExamplePrompt, example_prompt
 from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
@@ -39,6 +40,8 @@ class ValidationReport:
     batch: BatchTable | None = None
     pools: dict[str, PoolInfo] = field(default_factory=dict)
     memory: MemoryPlan | None = None
+    example: ExamplePrompt | None = None
+    """The first training prompt as the actor's tokenizer renders and encodes it (when both are on disk)."""
 
     @property
     def errors(self) -> list[Issue]:
@@ -64,7 +67,7 @@ class ValidationReport:
             raise RecipeError(first.message + suffix, key_path=first.key_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory."""
+        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example."""
         return {
             "ok": self.ok,
             "errors": [asdict(issue) for issue in self.errors],
@@ -72,6 +75,7 @@ class ValidationReport:
             "batch": None if self.batch is None else self.batch.to_dict(),
             "pools": {name: pool.to_dict() for name, pool in self.pools.items()},
             "memory": None if self.memory is None else self.memory.to_dict(),
+            "example": None if self.example is None else self.example.to_dict(),
         }
 
 
@@ -95,8 +99,11 @@ def _rollout_engine_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
 
 
 def memory_issues(plan: MemoryPlan) -> list[Issue]:
-    """A warning for each call whose process needs more than the device has, naming the knobs that help."""
-    return [warning(f"resource_pools.{misfit.pool}", misfit.message) for misfit in plan.misfits()]
+    """A warning for each role the plan skipped (its reason), and for each call whose process needs more than
+    the device has, naming the knobs that help."""
+    skipped = [warning(f"roles.{role}.model", f"memory plan: roles.{role} skipped ({reason}); its memory is not "
+                       "counted in its pool's calls") for role, reason in plan.skipped.items()]
+    return skipped + [warning(f"resource_pools.{misfit.pool}", misfit.message) for misfit in plan.misfits()]
 
 
 def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int | None = None) -> ValidationReport:
@@ -131,4 +138,6 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.memory = plan_memory(container, pools, device_memory)
     report.issues += memory_issues(report.memory)
     report.issues += preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, this machine
+    report.example, example_issues = example_prompt(cfg)
+    report.issues += example_issues
     return report
