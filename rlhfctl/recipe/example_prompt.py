@@ -11,6 +11,7 @@ template when ``data.apply_chat_template``). The findings:
 - warning, the round trip: ``decode(encode(text))`` does not give the text back (the special tokens a
   template writes decode to themselves, and are compared without them too), or the prompt shrank to
   more than :data:`MAX_CHARS_PER_TOKEN` characters a token;
+- warning, no tokenizer: the directory holds only a config.json (enough for the memory plan);
 - errors the run would stop on at this record: a chat template asked for and missing, a prompt that is
   not text, or longer than ``data.max_prompt_length`` with ``data.overlong: error``.
 """
@@ -27,7 +28,7 @@ from omegaconf import OmegaConf
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.stages import is_stage
 
-__all__ = ["MAX_CHARS_PER_TOKEN", "ExamplePrompt", "example_prompt", "local_directory"]
+__all__ = ["MAX_CHARS_PER_TOKEN", "ExamplePrompt", "example_prompt", "has_tokenizer_files", "local_directory"]
 
 MAX_CHARS_PER_TOKEN = 12
 """More characters a token than this (on a prompt of :data:`_MIN_CHARS` or more) means the tokenizer merges text."""
@@ -78,6 +79,13 @@ def example_prompt(cfg: Any) -> tuple[ExamplePrompt | None, list[Issue]]:
     if directory is None:
         return None, []  # not set, or not here: check_models and preflight report a path that cannot load
     key, name = f"roles.actor.model.{field}", str(files[0])
+    if not has_tokenizer_files(directory):
+        return None, [warning(key, (
+            f"{key}: {directory} holds no tokenizer files (tokenizer_config.json, tokenizer.json, vocab files), "
+            "so no example prompt is shown; that is enough for the memory plan, but a run loading its tokenizer "
+            "from there gets whatever AutoTokenizer builds without them (with transformers 5, an empty one): "
+            "add the tokenizer, or set roles.actor.model.tokenizer_path"
+        ))]
     tokenizer, problem = _tokenizer(model, field, directory, key)
     if problem is not None:
         return None, [problem]
@@ -109,6 +117,16 @@ def local_directory(source: str) -> str | None:
         return str(snapshot_download(source, local_files_only=True))
     except Exception:  # noqa: BLE001 - not a valid id, or not in the cache: nothing here to read
         return None
+
+
+def has_tokenizer_files(directory: str) -> bool:
+    """The directory holds a saved tokenizer (its config, a tokenizers file or a vocabulary), not only a config.json."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    return any(name.startswith("tokenizer") or name.startswith(("vocab.", "merges.")) or name.endswith(".model")
+               for name in names)
 
 
 def _tokenizer(model: dict[str, Any], field: str, directory: str, key: str) -> tuple[Any, Issue | None]:

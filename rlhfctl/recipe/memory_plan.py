@@ -343,11 +343,11 @@ def _checkpoint_tokenizer(model_cfg: Mapping[str, Any], config: Any) -> Any:
 
 def _local_tokenizer(source: str, trust_remote_code: bool) -> Any:
     """The tokenizer in ``source`` when it is a local directory or cached hub id (None when not here or unloadable)."""
-    from rlhfctl.recipe.example_prompt import local_directory
+    from rlhfctl.recipe.example_prompt import has_tokenizer_files, local_directory
 
     directory = local_directory(source)
-    if directory is None:
-        return None
+    if directory is None or not has_tokenizer_files(directory):
+        return None  # a config.json alone sizes the model; the example prompt warns about the missing tokenizer
     files = sorted(os.listdir(directory))
     stamp = tuple((name, os.stat(os.path.join(directory, name)).st_mtime_ns) for name in files if "token" in name)
     return _load_tokenizer(directory, trust_remote_code, stamp)

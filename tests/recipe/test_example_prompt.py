@@ -208,3 +208,12 @@ def test_a_skipped_memory_plan_counts_as_a_warning(workdir):
     assert "recipe is valid (2 warnings)" in result.stdout
     warnings = json_report(path)["warnings"]
     assert [issue["key_path"] for issue in warnings] == ["roles.actor.model", "roles.reference.model"]
+
+
+def test_a_directory_with_only_config_json_is_planned_and_warns_that_it_has_no_tokenizer(workdir):
+    model = workdir / "model"
+    save_config(model, 100)
+    report = json_report(recipe(workdir, {"path": str(model)}))
+    assert report["example"] is None and report["memory"]["skipped"] == {}
+    assert [issue["message"].split(" (")[0] for issue in report["warnings"]] == [
+        f"roles.actor.model.path: {model} holds no tokenizer files"]
