@@ -1,5 +1,5 @@
 """RL algorithms as pure tensor functions: advantage estimators, KL penalties and controllers,
-PPO losses, masked statistics.
+PPO losses and the policy-loss registry, masked statistics.
 
 No I/O and no distribution here: the trainer moves tensors, these functions compute. The built-in
 advantage estimators ("gae", "grpo", "rloo", "reinforce_plus_plus", "remax") register when the registry
@@ -15,6 +15,7 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "KL_KINDS",
     "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
     "AdaptiveKLController",
     "FixedKLController",
     "KLController",
@@ -26,6 +27,7 @@ __all__ = [
     "explained_variance",
     "gae_advantages",
     "get_advantage_estimator",
+    "get_policy_loss",
     "grpo_advantages",
     "kl_penalty",
     "masked_mean",
@@ -35,6 +37,7 @@ __all__ = [
     "ppo_policy_loss",
     "truncated_importance_weights",
     "register_advantage_estimator",
+    "register_policy_loss",
     "reinforce_pp_advantages",
     "remax_advantages",
     "rloo_advantages",
@@ -46,6 +49,7 @@ _LAZY = {
     "ADVANTAGE_ESTIMATORS": "rlhfctl.algorithms.registry",
     "KL_KINDS": "rlhfctl.algorithms.choices",
     "LOSS_AGG_MODES": "rlhfctl.algorithms.choices",
+    "POLICY_LOSSES": "rlhfctl.algorithms.policy_losses",
     "AdaptiveKLController": "rlhfctl.algorithms.kl",
     "FixedKLController": "rlhfctl.algorithms.kl",
     "KLController": "rlhfctl.algorithms.kl",
@@ -57,6 +61,7 @@ _LAZY = {
     "explained_variance": "rlhfctl.algorithms.masked",
     "gae_advantages": "rlhfctl.algorithms.advantages",
     "get_advantage_estimator": "rlhfctl.algorithms.registry",
+    "get_policy_loss": "rlhfctl.algorithms.policy_losses",
     "grpo_advantages": "rlhfctl.algorithms.advantages",
     "kl_penalty": "rlhfctl.algorithms.kl",
     "masked_mean": "rlhfctl.algorithms.masked",
@@ -66,6 +71,7 @@ _LAZY = {
     "ppo_policy_loss": "rlhfctl.algorithms.losses",
     "truncated_importance_weights": "rlhfctl.algorithms.losses",
     "register_advantage_estimator": "rlhfctl.algorithms.registry",
+    "register_policy_loss": "rlhfctl.algorithms.policy_losses",
     "reinforce_pp_advantages": "rlhfctl.algorithms.advantages",
     "remax_advantages": "rlhfctl.algorithms.advantages",
     "rloo_advantages": "rlhfctl.algorithms.advantages",

@@ -29,7 +29,7 @@ __all__ = [
 _LOG_RATIO_CLAMP = 20.0
 
 
-def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str, loss_scale_factor: float | None = None) -> torch.Tensor:
     """Reduce a (batch, response_len) loss matrix over valid tokens to a scalar.
 
     - ``token-mean``: :math:`\\sum_{i,t} m_{i,t} L_{i,t} / \\sum_{i,t} m_{i,t}` (every token
@@ -38,8 +38,12 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tens
     - ``seq-mean-token-mean``: :math:`\\frac1B \\sum_i \\frac{\\sum_t m_{i,t} L_{i,t}}{\\sum_t m_{i,t}}`
       (every sequence weighs the same; original GRPO). A row with no valid token contributes 0
       and still counts in B.
+    - ``seq-mean-token-sum-norm``: :math:`\\frac{1}{B\\,T} \\sum_i \\sum_t m_{i,t} L_{i,t}` with the constant
+      T = ``loss_scale_factor``, or the padded response length ``mask.shape[-1]`` when None (Dr. GRPO,
+      arXiv:2503.20783: a constant in place of each sequence's length, so no length bias).
 
-    An empty mask gives 0. Unknown ``agg`` raises ``ValueError`` listing the choices.
+    A row with no valid token counts in B (verl 0.9 leaves such rows out of B in the ``seq-mean-*`` modes;
+    the same for any batch whose rows each have a valid token). An empty mask gives 0. Unknown ``agg`` raises ``ValueError`` listing the choices.
     Source: verl ``core_algos.agg_loss``.
     """
     m = mask.to(loss_mat.dtype)
@@ -47,6 +51,9 @@ def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tens
         return masked_mean(loss_mat, m)
     if agg == "seq-mean-token-sum":
         return (loss_mat * m).sum(dim=-1).mean()
+    if agg == "seq-mean-token-sum-norm":
+        scale = float(loss_scale_factor) if loss_scale_factor is not None else float(mask.shape[-1])
+        return (loss_mat * m).sum(dim=-1).mean() / scale
     if agg == "seq-mean-token-mean":
         return ((loss_mat * m).sum(dim=-1) / m.sum(dim=-1).clamp_min(1.0)).mean()
     raise ValueError(f"unknown loss aggregation mode {agg!r}; choose one of: {', '.join(LOSS_AGG_MODES)}")
@@ -62,6 +69,7 @@ def ppo_policy_loss(
     clip_ratio_c: float | None,
     agg: str,
     token_weights: torch.Tensor | None = None,
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate PPO loss (Schulman et al. 2017, arXiv:1707.06347) with asymmetric
     clipping (DAPO "clip-higher", arXiv:2503.14476) and dual clip (Ye et al. 2020,
@@ -109,7 +117,7 @@ def ppo_policy_loss(
         dual_active = torch.zeros_like(negative)
     if token_weights is not None:
         pg_losses = pg_losses * token_weights.detach()
-    loss = agg_loss(pg_losses, response_mask, agg)
+    loss = agg_loss(pg_losses, response_mask, agg, loss_scale_factor)
 
     with torch.no_grad():
         lr = log_ratio.detach()
