@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlhfctl.algorithms import agg_loss, kl_penalty, ppo_policy_loss, truncated_importance_weights
+from rlhfctl.algorithms import agg_loss, get_policy_loss, kl_penalty, truncated_importance_weights
 from rlhfctl.algorithms.masked import masked_mean
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
@@ -292,37 +292,24 @@ class ActorWorker(TrainableRoleWorker):
         )
         mask = micro["response_mask"]
         old = log_probs.detach() if on_policy else micro["old_log_probs"].to(log_probs.dtype)
-        clip_c = config.get("clip_ratio_c")
         engine_log_probs = micro.get("rollout_log_probs")
         cap = self.rollout.get("importance_cap")
         weights = None
         if engine_log_probs is not None and cap is not None:
             weights = truncated_importance_weights(old, engine_log_probs.to(old.dtype), float(cap))
-        pg_loss, pg_metrics = ppo_policy_loss(
-            old,
-            log_probs,
-            micro["advantages"].to(log_probs.dtype),
-            mask,
-            float(config["clip_ratio_low"]),
-            float(config["clip_ratio_high"]),
-            float(clip_c) if clip_c is not None else None,
-            agg,
-            token_weights=weights,
+        scale = config.get("loss_scale_factor") or self.rollout.get("max_new_tokens")  # seq-mean-token-sum-norm's constant
+        loss_config = {**config, "loss_scale_factor": scale}
+        pg_loss, pg_metrics = get_policy_loss(str(config.get("policy_loss") or "vanilla"))(
+            old, log_probs, micro["advantages"].to(log_probs.dtype), mask, agg, loss_config, token_weights=weights
         )
-        entropy_loss = agg_loss(entropy, mask, agg)
+        entropy_loss = agg_loss(entropy, mask, agg, scale)
         loss = pg_loss - coeff * entropy_loss
-        metrics = {
-            "pg_loss": pg_loss.detach(),
-            "pg_clipfrac": pg_metrics["clipfrac"],
-            "pg_clipfrac_lower": pg_metrics["clipfrac_lower"],
-            "ppo_kl": pg_metrics["ppo_kl"],
-            "entropy": entropy_loss.detach(),
-        }
+        metrics = {"pg_loss": pg_loss.detach(), **pg_metrics, "entropy": entropy_loss.detach()}
         if engine_log_probs is not None:  # the sync's health: the engine and the actor score the same weights
             metrics["logprob_diff"] = masked_mean((old - engine_log_probs.to(old.dtype)).abs(), mask)
         if use_kl:
             kl = kl_penalty(log_probs, micro["ref_log_prob"].to(log_probs.dtype), str(self.kl["loss_kind"]))
-            kl_loss = agg_loss(kl, mask, agg)
+            kl_loss = agg_loss(kl, mask, agg, scale)
             loss = loss + float(self.kl["loss_coef"]) * kl_loss
             metrics["kl_loss"] = kl_loss.detach()
         return loss, metrics
