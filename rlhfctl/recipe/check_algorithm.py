@@ -21,6 +21,7 @@ def check_algorithm(cfg: Any) -> list[Issue]:
     """Errors and warnings about algorithm.*, the roles it needs, and rollout sampling."""
     issues = _import_modules(cfg)
     issues += _estimator(cfg)
+    issues += _policy_loss(cfg)
     issues += _kl(cfg)
     issues += _sampling(cfg)
     return issues
@@ -60,6 +61,42 @@ def _estimator(cfg: Any) -> list[Issue]:
         issues.append(warning("roles.critic", f"roles.critic: the critic is trained but {name} does not use values; use gae or remove the critic"))
     if "index" in params and int(cfg.rollout.n) == 1:
         issues.append(warning("rollout.n", f"rollout.n: 1 response per prompt gives {name} groups of one (no baseline); use n >= 2"))
+    return issues
+
+
+def _policy_loss(cfg: Any) -> list[Issue]:
+    """The actor's policy loss is registered, and no loss-specific setting is given to a loss that ignores it."""
+    from rlhfctl.algorithms import POLICY_LOSSES
+    from rlhfctl.algorithms.policy_losses import policy_loss_keys
+    from rlhfctl.recipe.schema import ActorRole
+
+    actor = cfg.roles.get("actor")
+    if actor is None:
+        return []
+    name = str(actor.get("policy_loss") or "vanilla")
+    key = "roles.actor.policy_loss"
+    if name not in POLICY_LOSSES:
+        known = sorted(POLICY_LOSSES)
+        return [error(key, (
+            f"{key}: {name!r} is not one of: {', '.join(known)}{did_you_mean(name, known)} "
+            "(custom losses: register them in a module listed in algorithm.import_modules)"
+        ))]
+    used = set(policy_loss_keys(name))
+    # The settings only some losses read default to null: one set for a loss that does not read it is a mistake.
+    fields = ActorRole.__dataclass_fields__
+    optional = {k for n in POLICY_LOSSES for k in policy_loss_keys(n) if k in fields and fields[k].default is None}
+    issues = [
+        error(f"roles.actor.{setting}", (
+            f"roles.actor.{setting}: policy_loss {name} does not use it; remove it, or choose a loss that does "
+            f"({', '.join(sorted(n for n in POLICY_LOSSES if setting in policy_loss_keys(n)))})"
+        ))
+        for setting in sorted(optional - used) if actor.get(setting) is not None
+    ]
+    if actor.get("loss_scale_factor") is not None and str(actor.loss_agg_mode) != "seq-mean-token-sum-norm":
+        issues.append(error("roles.actor.loss_scale_factor", (
+            "roles.actor.loss_scale_factor: only loss_agg_mode seq-mean-token-sum-norm divides by it; "
+            "remove it or set roles.actor.loss_agg_mode=seq-mean-token-sum-norm"
+        )))
     return issues
 
 
