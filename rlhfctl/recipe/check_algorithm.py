@@ -40,17 +40,22 @@ def _import_modules(cfg: Any) -> list[Issue]:
     return issues
 
 
+def _not_registered(key: str, name: str, registry: Any, kind: str) -> Issue:
+    """The error for a name no registry entry has: the registered names, a "did you mean", and where custom ones go."""
+    known = sorted(registry)
+    return error(key, (
+        f"{key}: {name!r} is not one of: {', '.join(known)}{did_you_mean(name, known)} "
+        f"(custom {kind}: register them in a module listed in algorithm.import_modules)"
+    ))
+
+
 def _estimator(cfg: Any) -> list[Issue]:
     from rlhfctl.algorithms import ADVANTAGE_ESTIMATORS
 
     name = str(cfg.algorithm.adv_estimator)
     key = "algorithm.adv_estimator"
     if name not in ADVANTAGE_ESTIMATORS:
-        known = sorted(ADVANTAGE_ESTIMATORS)
-        return [error(key, (
-            f"{key}: {name!r} is not one of: {', '.join(known)}{did_you_mean(name, known)} "
-            "(custom estimators: register them in a module listed in algorithm.import_modules)"
-        ))]
+        return [_not_registered(key, name, ADVANTAGE_ESTIMATORS, "estimators")]
     params = inspect.signature(ADVANTAGE_ESTIMATORS[name]).parameters
     has_critic = cfg.roles.get("critic") is not None
     issues = []
@@ -76,11 +81,7 @@ def _policy_loss(cfg: Any) -> list[Issue]:
     name = str(actor.get("policy_loss") or "vanilla")
     key = "roles.actor.policy_loss"
     if name not in POLICY_LOSSES:
-        known = sorted(POLICY_LOSSES)
-        return [error(key, (
-            f"{key}: {name!r} is not one of: {', '.join(known)}{did_you_mean(name, known)} "
-            "(custom losses: register them in a module listed in algorithm.import_modules)"
-        ))]
+        return [_not_registered(key, name, POLICY_LOSSES, "losses")]
     used = set(policy_loss_keys(name))
     # The settings only some losses read default to null: one set for a loss that does not read it is a mistake.
     fields = ActorRole.__dataclass_fields__
