@@ -46,6 +46,7 @@ __all__ = [
     "collective_device",
     "engine_settings",
     "full_state_dict",
+    "full_tensor",
     "full_state_items",
     "is_sharded",
     "local_state_bytes",
@@ -311,7 +312,7 @@ def module_device(module: nn.Module) -> torch.device:
     return parameter.to_local().device if isinstance(parameter, DTensor) else parameter.device
 
 
-def _full_tensor(tensor: Any) -> torch.Tensor:
+def full_tensor(tensor: Any) -> torch.Tensor:
     """The whole of a DTensor (a plain tensor as it is); CPU-offloaded shards hop to CUDA for NCCL."""
     from torch.distributed.tensor import DTensor
 
@@ -329,7 +330,7 @@ def clip_grad_norm(parameters: list[nn.Parameter], max_norm: float) -> float:
     grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
     if not grads:
         return 0.0
-    total = _full_tensor(torch.nn.utils.get_total_norm(grads, 2.0))
+    total = full_tensor(torch.nn.utils.get_total_norm(grads, 2.0))
     if max_norm != float("inf"):
         torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
     return float(total)
@@ -346,7 +347,7 @@ def full_state_items(module: nn.Module, dtype: torch.dtype | None = None) -> Ite
     """
     inner = module.module if isinstance(module, nn.parallel.DistributedDataParallel) else module
     for name, tensor in inner.state_dict().items():
-        value = _full_tensor(tensor)
+        value = full_tensor(tensor)
         if dtype is not None and value.is_floating_point():
             value = value.to(dtype)
         yield name, value.detach()

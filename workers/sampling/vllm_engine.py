@@ -167,10 +167,11 @@ def _unwrapped(module: nn.Module) -> nn.Module:
 def _full(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole tensor of a parameter in ``dtype`` (None: its own): a DTensor (FSDP2) casts its local shard
     first and then all-gathers, so float32 masters travel in the engine's 16 bits, half the bytes."""
+    from workers.engine import full_tensor
+
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # a DTensor stays a DTensor with the same placements: a pointwise op on the shard
-    full_tensor = getattr(tensor, "full_tensor", None)
-    return full_tensor() if callable(full_tensor) else tensor
+    return full_tensor(tensor)  # the engine's one gather (CPU-offloaded shards hop to the device under NCCL)
 
 
 def _named_weights(model: nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Any, int]]:
