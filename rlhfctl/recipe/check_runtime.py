@@ -294,8 +294,12 @@ _KNOWN_ARCHITECTURES = frozenset({"Qwen2ForCausalLM", "Qwen3ForCausalLM", "Llama
 _CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
-def check_rollout_engine(cfg: Any) -> list[Issue]:
-    """Errors for ``rollout.engine: vllm`` without vllm, with a vLLM too old, an unsupported model, or on the local backend."""
+def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[Issue]:
+    """Errors for ``rollout.engine: vllm`` without vllm, with a vLLM too old, an unsupported model, or on the local backend.
+
+    Where the ``pools`` need more GPUs than this machine shows, the workers run elsewhere (a cluster) and vllm
+    must import there, not here: a missing vllm is then a warning, so a GPU recipe validates on a machine
+    without it."""
     rollout = cfg.rollout
     if rollout.get("engine", "hf") != "vllm":
         if rollout.get("importance_cap") is not None:
@@ -305,7 +309,13 @@ def check_rollout_engine(cfg: Any) -> list[Issue]:
     from workers.sampling import vllm_engine
 
     if not vllm_engine.vllm_installed():
-        return [error("rollout.engine", f"rollout.engine: vllm needs the vllm package, which does not import here; {vllm_engine.VLLM_INSTALL_HINT}")]
+        message = f"rollout.engine: vllm needs the vllm package, which does not import here; {vllm_engine.VLLM_INSTALL_HINT}"
+        needed = sum(pool.gpus for pool in (pools or {}).values() if pool.use_gpu)
+        visible = _visible_gpus() or 0
+        if needed > visible:
+            return [warning("rollout.engine", f"{message}; a warning here, where the pools' {needed} GPU(s) are not "
+                                              f"({visible} visible): install vllm where the workers run")]
+        return [error("rollout.engine", message)]
     too_old = vllm_engine.vllm_version_problem()
     if too_old is not None:  # the sync would fail inside every actor rank instead
         return [error("rollout.engine", too_old)]

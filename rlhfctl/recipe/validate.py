@@ -79,25 +79,6 @@ class ValidationReport:
         }
 
 
-def _rollout_engine_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
-    """The rollout engine's checks. Where the pools need more GPUs than this machine shows, the workers run
-    elsewhere (a cluster) and vllm must import there, not here: a missing vllm is then a warning, so a GPU
-    recipe validates (and is planned) on a machine without vllm."""
-    issues = check_rollout_engine(cfg)
-    from rlhfctl.recipe.check_runtime import _visible_gpus
-
-    visible = _visible_gpus()
-    if not any(pool.use_gpu for pool in pools.values()) or sum(pool.gpus for pool in pools.values()) <= (visible or 0):
-        return issues
-    from workers.sampling.vllm_engine import vllm_installed
-
-    if vllm_installed():
-        return issues
-    where = (f"; a warning here, where the pools' {sum(pool.gpus for pool in pools.values())} GPU(s) are not "
-             f"({visible or 0} visible): install vllm where the workers run")
-    return [warning(issue.key_path, issue.message + where) if issue.key_path == "rollout.engine" else issue for issue in issues]
-
-
 def memory_issues(plan: MemoryPlan) -> list[Issue]:
     """A warning for each role the plan skipped (its reason), and for each call whose process needs more than
     the device has, naming the knobs that help."""
@@ -130,7 +111,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_algorithm(cfg)
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
-    report.issues += _rollout_engine_issues(cfg, pools)
+    report.issues += check_rollout_engine(cfg, pools)
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
