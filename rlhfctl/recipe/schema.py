@@ -153,6 +153,15 @@ class CriticRole:
 
 
 @dataclass
+class OverlongBufferConfig:
+    """DAPO's soft overlong penalty: a response running into the last ``len`` tokens of rollout.max_new_tokens loses reward linearly."""
+
+    enable: bool = _field(False, "subtract the penalty from the reward (DAPO overlong reward shaping)")
+    len: int = _field(0, "the buffer: the last this many tokens of rollout.max_new_tokens, where the penalty grows from 0 to penalty_factor", min=0)
+    penalty_factor: float = _field(1.0, "the penalty of a response that uses every token of rollout.max_new_tokens", min=0)
+
+
+@dataclass
 class RewardRole:
     """Scores responses with a reward function (or a reward model)."""
 
@@ -163,7 +172,9 @@ class RewardRole:
     function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
+    function_kwargs: Dict[str, Any] = _field(doc="keyword arguments passed to the reward function on every call, e.g. {method: flexible} for rlhfctl.rewards:gsm8k", factory=dict)
     on_error: str = _field("raise", "when the reward function raises: stop the run, or score the failed samples 0", choices=("raise", "zero"))
+    overlong_buffer: OverlongBufferConfig = _field(doc="DAPO's soft overlong penalty on long responses", factory=OverlongBufferConfig)
     optim: OptimConfig = _field(doc="optimizer of the reward model when algorithm.name is reward_model", factory=OptimConfig)
     padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
     micro_batch_tokens: Optional[int] = _field(None, "form reward-model training micro-batches (pairs: chosen + rejected) by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
@@ -191,7 +202,7 @@ class DataConfig:
     prompt_key: str = _field("prompt", "column holding the prompt")
     max_prompt_length: int = _field(32, "prompt tokens; prompts are left-padded to this length", min=1)
     overlong: str = _field("error", "what to do with prompts longer than max_prompt_length", choices="overlong")
-    apply_chat_template: bool = _field(False, "render prompts with the tokenizer's chat template")
+    apply_chat_template: Optional[bool] = _field(None, "render prompts with the tokenizer's chat template (null: when the prompt is a list of {role, content} messages, as in verl's data)")
     shuffle: bool = _field(True, "shuffle the prompts every epoch")
     response_key: str = _field("response", "column holding the response of a demonstration (sft)")
     messages_key: str = _field("messages", "column holding a chat of {role, content} messages (sft; the last assistant message is the response)")
@@ -226,6 +237,7 @@ class RolloutConfig:
     top_p: float = _field(1.0, "nucleus sampling mass", min_exclusive=0, max=1)
     top_k: int = _field(0, "top-k sampling (0 disables)", min=0)
     do_sample: bool = _field(True, "sample (false: greedy decoding)")
+    val_n: int = _field(1, "responses per validation prompt: 1 is greedy; more are sampled like the training rollouts and give val/<data_source>/pass@k", min=1)
     importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
 
@@ -246,14 +258,27 @@ class KLConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """DAPO dynamic sampling: drop the groups whose samples all score the same, and draw more prompts to fill the step."""
+
+    enable: bool = _field(False, "drop groups without GRPO signal and generate more prompts until trainer.batch_size groups are kept")
+    metric: str = _field("acc", "what must differ within a group: score (the sequence reward), acc (the reward's named acc, else its score) or a named reward")
+    max_num_gen_batches: int = _field(10, "generation batches per step at most; past it the step trains on the groups kept so far (or stops, see on_exhausted)", min=1)
+    on_exhausted: str = _field("train", "when max_num_gen_batches leave the batch short: train on the groups kept (logged), or stop with an error", choices=("train", "error"))
+
+
+@dataclass
 class AlgorithmConfig:
     """Advantage estimation and KL."""
 
     name: str = _field("ppo", "training stage: ppo (the PPO-family loop, see adv_estimator), sft, reward_model or dpo", choices=("ppo", "sft", "reward_model", "dpo"))
-    adv_estimator: str = _field("grpo", "advantage estimator: gae, grpo, rloo, reinforce_plus_plus, remax or a registered name")
+    adv_estimator: str = _field("grpo", "advantage estimator: gae, grpo, rloo, reinforce_plus_plus, remax, grpo_passk, opo, gpg, gdpo or a registered name")
     gamma: float = _field(1.0, "discount factor", min=0, max=1)
     lam: float = _field(1.0, "GAE lambda", min=0, max=1)
     norm_adv_by_std_in_grpo: bool = _field(True, "divide GRPO advantages by the group std (false: Dr. GRPO)")
+    gdpo_reward_keys: List[str] = _field(doc="gdpo: the named rewards (keys of the reward function's dict) normalized per group one by one, then summed", factory=list)
+    gdpo_reward_weights: Optional[List[float]] = _field(None, "gdpo: a weight per gdpo_reward_keys entry (null: 1 each)")
+    filter_groups: FilterGroupsConfig = _field(doc="DAPO dynamic sampling", factory=FilterGroupsConfig)
     import_modules: List[str] = _field(doc="modules imported first (custom estimators, reward code)", factory=list)
     kl: KLConfig = _field(doc="KL penalty and loss", factory=KLConfig)
     margin: float = _field(0.0, "reward_model: Bradley-Terry margin, loss -log sigmoid(r_chosen - r_rejected - margin)", min=0)
