@@ -2,7 +2,8 @@
 
 A **demonstration** record is ``{"prompt": ..., "response": ...}`` (column names configurable), or a
 chat ``{"messages": [{"role": ..., "content": ...}, ...]}`` whose last message is the assistant's
-response; everything before it is rendered with the tokenizer's chat template as the prompt. The loss
+response; everything before it is rendered with the tokenizer's chat template as the prompt (whatever
+``apply_chat_template`` says; a text prompt gets the template only when it is true). The loss
 is taken on the response tokens only, which end with the end-of-sequence token.
 
 A **preference** record is ``{"prompt": ..., "chosen": ..., "rejected": ...}``. Each pair keeps the
@@ -25,6 +26,7 @@ from typing import Any, Self, TypeVar
 import torch
 
 from rlhfctl.data.errors import DataConfigError, DataFileError
+from rlhfctl.data.verl_layout import uses_chat_template
 
 __all__ = [
     "Demonstration",
@@ -77,7 +79,8 @@ def fit_example(prompt: list[int], response: list[int], max_length: int) -> tupl
 class _RecordReader:
     """Shared checks and tokenization of one source's records."""
 
-    def __init__(self, tokenizer: Any, max_length: int, overlong: str, apply_chat_template: bool, source: str) -> None:
+    def __init__(self, tokenizer: Any, max_length: int, overlong: str, apply_chat_template: bool | None,
+                 source: str) -> None:
         if tokenizer is None:
             raise TypeError("the dataset needs a tokenizer (tokenizer=...)")
         if overlong not in _OVERLONG:
@@ -111,7 +114,7 @@ class _RecordReader:
         return value
 
     def render_prompt(self, prompt: Any, number: int) -> str:
-        if not self.apply_chat_template:
+        if not uses_chat_template(self.apply_chat_template, prompt):
             return prompt
         return self.chat([{"role": "user", "content": prompt}], number)
 
@@ -169,7 +172,7 @@ class _RecordDataset(Sequence[RowT]):
     key_names: tuple[str, ...] = ()
 
     def __init__(self, records: Iterable[Any], tokenizer: Any, *, max_length: int = 128, overlong: str = "error",
-                 apply_chat_template: bool = False, source: str = "<records>") -> None:
+                 apply_chat_template: bool | None = False, source: str = "<records>") -> None:
         reader = _RecordReader(tokenizer, max_length, overlong, apply_chat_template, source)
         self.source = source
         records = list(records)
@@ -186,7 +189,7 @@ class _RecordDataset(Sequence[RowT]):
         """Tokenize with a recipe's ``data`` section: its column keys, length limit, overlong policy and chat template."""
         keys = {name: data[name] for name in cls.key_names}
         return cls(records, tokenizer, max_length=data["max_length"], overlong=data["overlong"],
-                   apply_chat_template=bool(data["apply_chat_template"]), source=source, **keys)
+                   apply_chat_template=data["apply_chat_template"], source=source, **keys)
 
     def _row(self, reader: _RecordReader, index: int, record: Mapping[str, Any]) -> RowT | None:
         raise NotImplementedError

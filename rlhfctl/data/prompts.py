@@ -2,7 +2,8 @@
 
 A record is a dict with the prompt under ``prompt_key`` plus any other columns (``ground_truth``,
 ``data_source``, ...). The extra columns ride along with each prompt so reward functions get them
-as keyword lists (see :mod:`rlhfctl.tasks`).
+as keyword lists (see :mod:`rlhfctl.tasks`). Which prompts get the chat template, and the
+``ground_truth`` of verl's layout (``reward_model.ground_truth``), follow :mod:`rlhfctl.data.verl_layout`.
 
 Prompts longer than ``max_prompt_length`` tokens follow the ``overlong`` policy:
 
@@ -29,6 +30,7 @@ from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.data.choices import OVERLONG_POLICIES
 from rlhfctl.data.errors import DataConfigError, DataFileError
 from rlhfctl.data.records import SUPPORTED_EXTENSIONS, load_records
+from rlhfctl.data.verl_layout import prompt_messages, reward_columns
 
 __all__ = [
     "OVERLONG_POLICIES",
@@ -56,7 +58,7 @@ class PromptRow:
     """The text the model sees: rendered (chat template applied), and truncated like the ids."""
     columns: Mapping[str, Any] = field(default_factory=dict)
     messages: tuple[Mapping[str, Any], ...] | None = None
-    """The chat the text was rendered from (``apply_chat_template``), so a reward model can render it its own way."""
+    """The chat the text was rendered from (the chat template), so a reward model can render it its own way."""
 
 
 class PromptBatch(NamedTuple):
@@ -77,7 +79,7 @@ class PromptDataset(Sequence[PromptRow]):
         tokenizer: Any = None,
         max_prompt_length: int | None = None,
         overlong: str = "error",
-        apply_chat_template: bool = False,
+        apply_chat_template: bool | None = False,
         source: str = "<records>",
     ) -> None:
         if tokenizer is None:
@@ -88,8 +90,9 @@ class PromptDataset(Sequence[PromptRow]):
             raise DataConfigError(f"max_prompt_length must be a positive number of tokens, got {max_prompt_length}")
         if apply_chat_template and not getattr(tokenizer, "chat_template", None):
             raise DataConfigError(
-                f"{source}: apply_chat_template is set but the tokenizer has no chat template; set "
-                "model.chat_template, use a chat model's tokenizer, or turn apply_chat_template off"
+                f"{source}: apply_chat_template is set but the tokenizer has no chat template; use a chat "
+                "model's tokenizer (roles.actor.model.tokenizer_path), or set data.apply_chat_template to null "
+                "(text prompts as they are)"
             )
         self.source = source
         self.prompt_key = prompt_key
@@ -121,24 +124,20 @@ class PromptDataset(Sequence[PromptRow]):
         return cls(load_records(path), source=str(path), **kwargs)
 
     def _render(self, record: Mapping[str, Any], number: int, tokenizer: Any,
-                chat: bool) -> tuple[str, list[dict[str, Any]] | None]:
+                chat: bool | None) -> tuple[str, list[dict[str, Any]] | None]:
         """The prompt text the policy sees, and the chat messages it was rendered from (None without a chat)."""
         prompt = prompt_of(record, self.prompt_key, self.source, number)
-        messages = None
-        if chat:
-            messages = _as_messages(prompt, self.source, number)
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        elif isinstance(prompt, str):
+        messages = prompt_messages(prompt, chat, self.source, number)
+        if messages is None:
             text = prompt
-        elif isinstance(prompt, (list, tuple)):
+        elif not getattr(tokenizer, "chat_template", None):
             raise DataFileError(
-                f"{self.source}: record {number}: the prompt is a list of messages; set "
-                "apply_chat_template to render it"
+                f"{self.source}: record {number}: the prompt is a list of {{role, content}} messages, rendered with "
+                "the chat template, but the tokenizer has none; use a chat model's tokenizer "
+                "(roles.actor.model.tokenizer_path), or give text prompts"
             )
         else:
-            raise DataFileError(
-                f"{self.source}: record {number}: the prompt must be a string, got {type(prompt).__name__}"
-            )
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         if not text:
             raise DataFileError(f"{self.source}: record {number}: the prompt is empty")
         return text, messages
@@ -160,7 +159,7 @@ class PromptDataset(Sequence[PromptRow]):
             ids = ids[-limit:]
             text = tokenizer.decode(ids, skip_special_tokens=False)
             self.truncated += 1
-        columns = {key: value for key, value in record.items() if key != self.prompt_key}
+        columns = reward_columns(record, self.prompt_key)
         return PromptRow(index=index, prompt_ids=tuple(int(i) for i in ids), prompt_text=text, columns=columns)
 
     def __len__(self) -> int:
@@ -181,23 +180,6 @@ def prompt_of(record: Any, prompt_key: str, source: str, number: int) -> Any:
             "set data.prompt_key to the column holding the prompt"
         )
     return record[prompt_key]
-
-
-def _as_messages(prompt: Any, source: str, number: int) -> list[dict[str, Any]]:
-    """A string becomes one user message; a list must already be {role, content} messages."""
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, (list, tuple)) and prompt:
-        for position, message in enumerate(prompt, start=1):
-            if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
-                raise DataFileError(
-                    f"{source}: record {number}: message {position} must be a mapping with 'role' and 'content'"
-                )
-        return [dict(message) for message in prompt]
-    raise DataFileError(
-        f"{source}: record {number}: the prompt must be a string or a non-empty list of "
-        f"{{role, content}} messages, got {type(prompt).__name__}"
-    )
 
 
 def collate_prompts(

@@ -20,7 +20,7 @@ from typing import Any
 
 from rlhfctl.data.errors import DataFileError
 
-__all__ = ["SUPPORTED_EXTENSIONS", "load_records"]
+__all__ = ["SUPPORTED_EXTENSIONS", "count_records", "load_records"]
 
 SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv")
 SAVED_DATASET_STATE = "state.json"  # what marks a directory written by datasets' save_to_disk
@@ -59,6 +59,31 @@ def load_records(path: str | os.PathLike[str], limit: int | None = None) -> list
         else:
             records = _read_json_lines(file, text)
     return _nonempty(file, records, limit)
+
+
+def count_records(path: str | os.PathLike[str]) -> int | None:
+    """The records of a data file without reading them: parquet's metadata, the non-blank lines of JSON lines,
+    the rows of a CSV (a JSON array is parsed); None for a directory or a file that cannot be read."""
+    file = Path(os.path.expanduser(str(path)))
+    suffix = file.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as parquet
+
+            return int(parquet.ParquetFile(file).metadata.num_rows)
+        if suffix == ".csv":
+            with file.open(encoding="utf-8-sig", newline="") as handle:
+                return max(sum(1 for _ in csv.reader(handle)) - 1, 0)
+        if suffix in (".jsonl", ".json"):
+            with file.open("rb") as handle:
+                first = handle.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
+                if suffix == ".json" and first.startswith(b"["):
+                    return len(json.loads(file.read_bytes().decode("utf-8-sig")))
+                handle.seek(0)
+                return sum(1 for line in handle if line.strip())
+    except Exception:  # noqa: BLE001 - the count is informative; load_records reports a bad file
+        return None
+    return None
 
 
 def _nonempty(file: Path, records: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
