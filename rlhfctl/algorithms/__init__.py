@@ -2,9 +2,10 @@
 PPO losses and the policy-loss registry, masked statistics.
 
 No I/O and no distribution here: the trainer moves tensors, these functions compute. The built-in
-advantage estimators ("gae", "grpo", "rloo", "reinforce_plus_plus", "remax") register when the registry
-is first imported. The names are imported on first use, so that ``choices`` (the names a recipe may give,
-read by the schema checks) loads without torch. See ``docs/algorithms.md`` for the formulas and recipe keys.
+advantage estimators ("gae", "grpo", "rloo", "reinforce_plus_plus", "remax" in ``advantages``; "grpo_passk",
+"opo", "gpg", "gdpo" in ``group_estimators``) register when the registry is first imported. The names are
+imported on first use, so that ``choices`` (the names a recipe may give, read by the schema checks) loads
+without torch. See ``docs/algorithms.md`` for the formulas and recipe keys.
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ __all__ = [
     "entropy_from_logits",
     "explained_variance",
     "gae_advantages",
+    "gdpo_advantages",
     "get_advantage_estimator",
     "get_policy_loss",
+    "gpg_advantages",
     "grpo_advantages",
+    "grpo_passk_advantages",
     "kl_penalty",
     "masked_mean",
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "opo_advantages",
     "ppo_policy_loss",
     "truncated_importance_weights",
     "register_advantage_estimator",
@@ -60,14 +65,18 @@ _LAZY = {
     "entropy_from_logits": "rlhfctl.algorithms.losses",
     "explained_variance": "rlhfctl.algorithms.masked",
     "gae_advantages": "rlhfctl.algorithms.advantages",
+    "gdpo_advantages": "rlhfctl.algorithms.group_estimators",
     "get_advantage_estimator": "rlhfctl.algorithms.registry",
     "get_policy_loss": "rlhfctl.algorithms.policy_losses",
+    "gpg_advantages": "rlhfctl.algorithms.group_estimators",
     "grpo_advantages": "rlhfctl.algorithms.advantages",
+    "grpo_passk_advantages": "rlhfctl.algorithms.group_estimators",
     "kl_penalty": "rlhfctl.algorithms.kl",
     "masked_mean": "rlhfctl.algorithms.masked",
     "masked_sum": "rlhfctl.algorithms.masked",
     "masked_var": "rlhfctl.algorithms.masked",
     "masked_whiten": "rlhfctl.algorithms.masked",
+    "opo_advantages": "rlhfctl.algorithms.group_estimators",
     "ppo_policy_loss": "rlhfctl.algorithms.losses",
     "truncated_importance_weights": "rlhfctl.algorithms.losses",
     "register_advantage_estimator": "rlhfctl.algorithms.registry",

@@ -37,6 +37,7 @@ _MISSING_HINTS = {
     "values": "configure a critic role",
     "index": "the batch must carry one group id (uid) per response, shared by the responses of one prompt",
     "reward_baselines": "score a greedy rollout per prompt to use as the baseline (ReMax)",
+    "named_scores": "the reward function must return a dict of named scores, one per name in algorithm.gdpo_reward_keys (GDPO)",
 }
 
 
@@ -148,3 +149,4 @@ def compute_advantages(
 # The built-in estimators register themselves when their module is imported; importing it here makes any
 # use of the registry see them (the package's names are imported lazily).
 from rlhfctl.algorithms import advantages as _builtin_estimators  # noqa: E402,F401
+from rlhfctl.algorithms import group_estimators as _group_estimators  # noqa: E402,F401
