@@ -1,7 +1,7 @@
 """``rlhfctl validate``: check a recipe without starting anything and show its derived batch table.
 
-The report is rendered with rich: issues, pools and colocation, the batch table, the memory plan and the
-first training prompt as the model sees it (``render_report``);
+The report is rendered with rich: issues, pools and colocation, the batch table, the memory plan, what was
+read of each data file and the first training prompt as the model sees it (``render_report``);
 ``rlhfctl train`` shows the issues the same way (``render_issues``).
 """
 
@@ -22,12 +22,14 @@ from rlhfctl.cli.errors import EXIT_USER, guarded
 from rlhfctl.errors import UserError
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
+    from rlhfctl.data.summary import DataFileSummary
     from rlhfctl.recipe.arithmetic import EpochRow
     from rlhfctl.recipe.example_prompt import ExamplePrompt
     from rlhfctl.recipe.memory_plan import MemoryPlan
     from rlhfctl.recipe.validate import ValidationReport
 
-__all__ = ["render_batch", "render_example", "render_issues", "render_pools", "render_report", "validate"]
+__all__ = ["render_batch", "render_data", "render_example", "render_issues", "render_pools", "render_report",
+           "validate"]
 
 def validate(
     recipe: str = RecipeArg(),
@@ -313,6 +315,24 @@ def _render_phases(console: Console, plan: MemoryPlan, pool: str) -> None:
         print_line(console, f"pool {pool}: {', '.join(unknown)} not counted: give --device-memory (a bare number is GiB)", "yellow")
 
 
+def render_data(console: Console, summaries: list[DataFileSummary]) -> None:
+    """Each data file as preflight read it: rows, prompt form, the key of the ground truth, the columns."""
+    if not summaries:
+        return
+    sampled = max(summary.sampled for summary in summaries)
+    table = Table(title=f"Data files (the first {sampled} rows of each read)", title_justify="left")
+    for column in ("key", "file", "rows", "prompt", "ground truth", "columns"):
+        table.add_column(column, justify="right" if column == "rows" else "left")
+    for summary in summaries:
+        truth = summary.ground_truth
+        if truth is not None and summary.ground_truth_rows < summary.sampled:
+            truth = f"{truth} ({summary.ground_truth_rows} of {summary.sampled} rows)"
+        table.add_row(_cell(summary.key), _cell(summary.path), _cell(summary.rows), _cell(summary.prompt),
+                      _cell(truth if truth is not None else "none", "" if truth is not None else "yellow"),
+                      _cell(", ".join(summary.columns)))
+    console.print(table)
+
+
 _SHOWN_LINES = 24
 _SHOWN_CHARACTERS = 2000
 
@@ -348,11 +368,12 @@ def render_example(console: Console, example: ExamplePrompt | None) -> None:
 
 
 def render_report(console: Console, report: ValidationReport, errors_console: Console | None = None) -> None:
-    """The whole report: pools, batch table, memory plan, example prompt, issues, and a closing verdict line."""
+    """The whole report: pools, batch table, memory plan, data files, example prompt, issues, and a closing verdict line."""
     if report.pools:
         render_pools(console, report)
     render_batch(console, report)
     render_memory(console, report.memory)
+    render_data(console, report.data)
     render_example(console, report.example)
     render_issues(console, report, errors_console)
     warnings = len(report.warnings)

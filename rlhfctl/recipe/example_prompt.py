@@ -4,7 +4,8 @@ With the actor's tokenizer on disk (``roles.actor.model.tokenizer_path``, else `
 a local directory or a hub id in the local Hugging Face cache; validate never downloads) and data files
 (``data.train_files``), the first record of the first file goes through the run's own code:
 :func:`rlhfctl.models.loading.load_tokenizer`, then :class:`rlhfctl.data.prompts.PromptDataset` (the chat
-template when ``data.apply_chat_template``). The findings:
+template by :func:`rlhfctl.data.verl_layout.uses_chat_template`: a list of messages under null, every prompt
+under true). The findings:
 
 - warning, the class: ``tokenizer_config.json`` names a ``tokenizer_class`` that the tokenizer
   ``AutoTokenizer`` returned is not (another class can tokenize very differently from the one saved);
@@ -47,6 +48,7 @@ class ExamplePrompt:
     source: str
     """``data.train_files[0]`` and its file name."""
     chat_template: bool
+    """Whether this prompt was rendered with the chat template."""
     text: str
     """What the model sees: the record's prompt, after the chat template when applied."""
     tokens: int
@@ -92,11 +94,11 @@ def example_prompt(cfg: Any) -> tuple[ExamplePrompt | None, list[Issue]]:
     rendered, problems = _render(cfg, tokenizer, name)
     if rendered is None:
         return None, problems
-    text, ids = rendered
+    text, ids, chat = rendered
     decoded = tokenizer.decode(ids, skip_special_tokens=False)
     example = ExamplePrompt(
         key=key, tokenizer_class=type(tokenizer).__name__, source=f"data.train_files[0] ({name})",
-        chat_template=bool(cfg.data.apply_chat_template), text=text, tokens=len(ids),
+        chat_template=chat, text=text, tokens=len(ids),
         pieces=tuple(str(piece) for piece in tokenizer.convert_ids_to_tokens(ids[:_SHOWN_PIECES])),
         max_prompt_length=int(cfg.data.max_prompt_length), overlong=str(cfg.data.overlong),
         round_trip=_difference(text, decoded, tokenizer),
@@ -145,9 +147,11 @@ def _tokenizer(model: dict[str, Any], field: str, directory: str, key: str) -> t
         return None, error(key, f"{key}: the tokenizer in {directory} does not load: {first}")
 
 
-def _render(cfg: Any, tokenizer: Any, name: str) -> tuple[tuple[str, list[int]] | None, list[Issue]]:
-    """(text, ids) of the first record as PromptDataset renders and encodes it (unbounded), or the run's error."""
+def _render(cfg: Any, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], bool] | None, list[Issue]]:
+    """(text, ids, chat template applied) of the first record as PromptDataset renders and encodes it (unbounded),
+    or the run's error."""
     from rlhfctl.data import DataConfigError, DataFileError, PromptDataset, load_records
+    from rlhfctl.data.verl_layout import prompt_messages
 
     try:
         records = load_records(name, limit=1)
@@ -155,17 +159,20 @@ def _render(cfg: Any, tokenizer: Any, name: str) -> tuple[tuple[str, list[int]] 
         return None, []  # check_data and preflight's sample report the file
     if not records:
         return None, []
+    chat = cfg.data.get("apply_chat_template")
+    try:
+        prompt_messages(records[0].get(str(cfg.data.prompt_key)), chat, name, 1)
+    except (AttributeError, DataFileError):
+        return None, []  # preflight's sample reports a record without a prompt or with one the setting cannot use
     try:
         dataset = PromptDataset(records, prompt_key=str(cfg.data.prompt_key), tokenizer=tokenizer,
-                                apply_chat_template=bool(cfg.data.apply_chat_template), source=name)
+                                apply_chat_template=chat, source=name)
     except DataConfigError as failure:
         return None, [error("data.apply_chat_template", f"data.apply_chat_template: {failure}")]
     except DataFileError as failure:
-        if f"no {str(cfg.data.prompt_key)!r} column" in str(failure):
-            return None, []  # preflight's sample reports a missing prompt column
         return None, [error("data.train_files[0]", f"data.train_files[0]: {failure}")]
     row = dataset[0]
-    return (row.prompt_text, list(row.prompt_ids)), []
+    return (row.prompt_text, list(row.prompt_ids), row.messages is not None), []
 
 
 def _difference(text: str, decoded: str, tokenizer: Any) -> str | None:

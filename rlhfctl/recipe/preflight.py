@@ -3,11 +3,15 @@
 ``validate`` (and ``train``, before Ray starts) runs these after the recipe-only checks, so a recipe that
 validates starts. Each check calls the code the run itself calls, never a second copy of it:
 
-- data: the first :data:`SAMPLE_RECORDS` records of each file through :func:`rlhfctl.data.load_records`
-  and the prompt lookup of :func:`rlhfctl.data.prompts.prompt_of`;
+- data: the first :data:`SAMPLE_RECORDS` records of each file through :func:`rlhfctl.data.load_records`,
+  the prompt lookup of :func:`rlhfctl.data.prompts.prompt_of` and the chat-template rule of
+  :func:`rlhfctl.data.verl_layout.prompt_messages`; what was read becomes a
+  :class:`rlhfctl.data.summary.DataFileSummary` per file (validate's data table);
 - the reward function: :func:`workers.reward_functions.load_reward_function` (the dot form
   ``pkg.module.fn`` is rejected here as at run time) and the call the reward worker makes, checked
-  against the sampled columns by :func:`workers.reward_functions.reward_call_problem`;
+  against the sampled columns (:func:`rlhfctl.data.verl_layout.reward_columns`, ``ground_truth`` lifted from
+  ``reward_model.ground_truth``) by :func:`workers.reward_functions.reward_call_problem`; a function that
+  needs ``ground_truth`` against each file whose sampled rows have none;
 - inline model configs: :func:`rlhfctl.models.loading.unknown_config_keys`, which ``build_config``
   also enforces; model paths: a local directory, or a hub id in the local Hugging Face cache, or a
   reachable hub (one bounded probe);
@@ -25,7 +29,7 @@ import functools
 import os
 import socket
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
@@ -33,6 +37,9 @@ from omegaconf import OmegaConf
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.stages import is_stage
+
+if TYPE_CHECKING:  # the data package is imported when the data is checked
+    from rlhfctl.data.summary import DataFileSummary
 
 __all__ = ["SAMPLE_RECORDS", "preflight", "sample_columns"]
 
@@ -42,30 +49,37 @@ SAMPLE_RECORDS = 64
 _HUB_PROBE_S = 2.0
 
 
-def preflight(cfg: Any, pools: dict[str, PoolInfo], roles: list[str]) -> list[Issue]:
-    """Every pre-launch finding for ``roles`` (data and reward only for rollout recipes)."""
-    issues = []
+def preflight(cfg: Any, pools: dict[str, PoolInfo], roles: list[str]) -> tuple[list[Issue], list[DataFileSummary]]:
+    """Every pre-launch finding for ``roles``, and what was read of each data file (data and reward only for
+    rollout recipes)."""
+    issues: list[Issue] = []
+    summaries: list[DataFileSummary] = []
     if not is_stage(cfg):
-        columns, data_issues = sample_columns(cfg)
+        columns, summaries, data_issues = sample_columns(cfg)
         issues += data_issues
-        issues += _check_reward(cfg, columns)
+        issues += _check_reward(cfg, columns, summaries)
     here = _meant_for_this_machine(cfg, pools)
     issues += _check_models(cfg, roles, here)
     if here:
         issues += _check_machine(cfg, pools)
-    return issues
+    return issues, summaries
 
 
 # ---------------------------------------------------------------------------------- data
-def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[Issue]]:
-    """Per data source (``data.train_files``, ``data.val_files`` or ``data.task``), the columns its
-    sampled records give the reward function; errors for records that do not parse or lack the prompt."""
+def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary], list[Issue]]:
+    """Per data source (``data.train_files``, ``data.val_files`` or ``data.task``), the columns its sampled
+    records give the reward function; a summary of each file read; errors for records that do not parse, lack
+    the prompt, or have a prompt ``data.apply_chat_template`` cannot render."""
     from rlhfctl.data import DataFileError, load_records
     from rlhfctl.data.prompts import prompt_of
+    from rlhfctl.data.records import count_records
+    from rlhfctl.data.summary import summarize_sample
+    from rlhfctl.data.verl_layout import prompt_messages, reward_columns
     from workers.reward import INTERNAL_COLUMNS
 
-    prompt_key = str(cfg.data.prompt_key)
+    prompt_key, chat = str(cfg.data.prompt_key), cfg.data.get("apply_chat_template")
     found: dict[str, list[str]] = {}
+    summaries = []
     issues = []
     for split in ("train_files", "val_files"):
         names: dict[str, None] = {}
@@ -74,16 +88,19 @@ def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[Issue]]:
             if not _readable(str(name)):
                 continue  # check_data reports missing files and unsupported types
             try:
-                for number, record in enumerate(load_records(str(name), limit=SAMPLE_RECORDS), start=1):
-                    prompt_of(record, prompt_key, str(name), number)
-                    names.update(dict.fromkeys(str(column) for column in record))
+                records = load_records(str(name), limit=SAMPLE_RECORDS)
+                for number, record in enumerate(records, start=1):
+                    prompt_messages(prompt_of(record, prompt_key, str(name), number), chat, str(name), number)
+                    names.update(dict.fromkeys(str(column) for column in reward_columns(record, prompt_key)))
             except DataFileError as failure:
                 issues.append(error(key, f"{key}: {failure}"))
+                continue
+            summaries.append(summarize_sample(key, str(name), records, prompt_key, chat, count_records(str(name))))
         if names:
-            found[f"data.{split}"] = [name for name in names if name != prompt_key and name not in INTERNAL_COLUMNS]
+            found[f"data.{split}"] = [name for name in names if name not in INTERNAL_COLUMNS]
     if not cfg.data.get("train_files") and cfg.data.get("task"):
         found["data.task"] = _task_columns(cfg, prompt_key, INTERNAL_COLUMNS)
-    return found, issues
+    return found, summaries, issues
 
 
 def _readable(name: str) -> bool:
@@ -100,12 +117,14 @@ def _task_columns(cfg: Any, prompt_key: str, internal: frozenset[str]) -> list[s
         records = get_task(str(cfg.data.task)).make_prompts(2, int(cfg.trainer.seed))
     except UnknownTaskError:
         return []  # check_data reports it
-    names = dict.fromkeys(str(column) for record in records for column in record)
-    return [name for name in names if name != prompt_key and name not in internal]
+    from rlhfctl.data.verl_layout import reward_columns
+
+    names = dict.fromkeys(str(column) for record in records for column in reward_columns(record, prompt_key))
+    return [name for name in names if name not in internal]
 
 
 # ---------------------------------------------------------------------------------- reward function
-def _check_reward(cfg: Any, columns: dict[str, list[str]]) -> list[Issue]:
+def _check_reward(cfg: Any, columns: dict[str, list[str]], summaries: list[DataFileSummary]) -> list[Issue]:
     """The reward spec loads as the worker loads it, and the function takes the call the worker makes."""
     from workers.reward_functions import RewardFunctionError, load_reward_function, reward_call_problem
 
@@ -118,12 +137,44 @@ def _check_reward(cfg: Any, columns: dict[str, list[str]]) -> list[Issue]:
     except (RewardFunctionError, SystemExit) as failure:  # user code may call sys.exit() when imported
         text = str(failure) if isinstance(failure, RewardFunctionError) else f"importing it called sys.exit({failure})"
         return [error(key, text if text.startswith(key) else f"{key}: {text}")]
+    missing = _ground_truth_problems(function, summaries)
+    if missing:
+        return missing
     for source, names in columns.items():
         problem = reward_call_problem(function, names)
         if problem:
             sample = f"the first {SAMPLE_RECORDS} records of {source}" if source != "data.task" else source
             return [error(key, f"{key}: {problem}; columns read from {sample}")]
     return []
+
+
+def _ground_truth_problems(function: Any, summaries: list[DataFileSummary]) -> list[Issue]:
+    """An error per data file whose sampled rows give no ground truth (or only nulls) when ``function`` has a
+    required ``ground_truth`` parameter."""
+    import inspect
+
+    from rlhfctl.data.verl_layout import GROUND_TRUTH, NESTED_GROUND_TRUTH
+
+    try:
+        parameter = inspect.signature(function).parameters.get(GROUND_TRUTH)
+    except (TypeError, ValueError):
+        return []  # a builtin or extension callable: nothing to read
+    if parameter is None or parameter.default is not parameter.empty or parameter.kind in (
+            parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+        return []
+    name = getattr(function, "__name__", type(function).__name__)
+    issues = []
+    for summary in summaries:
+        if summary.ground_truth_rows:
+            continue
+        lack = ("is null in every one of" if summary.ground_truth_keys else "is in none of")
+        read = f" (read from {summary.ground_truth})" if summary.ground_truth_keys else ""
+        issues.append(error(summary.key, (
+            f"{summary.key}: {summary.path}: ground_truth {lack} the first {summary.sampled} rows{read}, and "
+            f"roles.reward.function {name} needs it; give each row a '{GROUND_TRUTH}' column or, as verl's "
+            f"preprocessed data does, {NESTED_GROUND_TRUTH} (a reward_model dict with a ground_truth key)"
+        )))
+    return issues
 
 
 # ---------------------------------------------------------------------------------- models

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -29,6 +29,9 @@ from rlhfctl.recipe.preflight import preflight
 from rlhfctl.recipe.resolve import present_roles
 from rlhfctl.recipe.stages import is_stage, stage_roles
 
+if TYPE_CHECKING:
+    from rlhfctl.data.summary import DataFileSummary
+
 __all__ = ["ValidationReport", "memory_issues", "validate_recipe"]
 
 
@@ -42,6 +45,8 @@ class ValidationReport:
     memory: MemoryPlan | None = None
     example: ExamplePrompt | None = None
     """The first training prompt as the actor's tokenizer renders and encodes it (when both are on disk)."""
+    data: list[DataFileSummary] = field(default_factory=list)
+    """What preflight read of each data file (rows, columns, prompt form, ground truth), in recipe order."""
 
     @property
     def errors(self) -> list[Issue]:
@@ -67,7 +72,7 @@ class ValidationReport:
             raise RecipeError(first.message + suffix, key_path=first.key_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example."""
+        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example, data."""
         return {
             "ok": self.ok,
             "errors": [asdict(issue) for issue in self.errors],
@@ -76,6 +81,7 @@ class ValidationReport:
             "pools": {name: pool.to_dict() for name, pool in self.pools.items()},
             "memory": None if self.memory is None else self.memory.to_dict(),
             "example": None if self.example is None else self.example.to_dict(),
+            "data": [summary.to_dict() for summary in self.data],
         }
 
 
@@ -102,7 +108,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
         report.memory = plan_memory(container, report.pools, device_memory)
         report.issues += memory_issues(report.memory)
         if report.ok:
-            report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))
+            report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))[0]
         return report
     pools, pool_issues = check_pools(cfg)
     report.pools = pools
@@ -118,7 +124,8 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += batch_issues + check_token_budgets(cfg)
     report.memory = plan_memory(container, pools, device_memory)
     report.issues += memory_issues(report.memory)
-    report.issues += preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, this machine
+    preflight_issues, report.data = preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, machine
+    report.issues += preflight_issues
     report.example, example_issues = example_prompt(cfg)
     report.issues += example_issues
     return report
