@@ -9,19 +9,37 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlhfctl.algorithms.overlong import overlong_buffer_problem, overlong_penalty
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, rank_progress, register
+from rlhfctl.tasks.reward_fn import NAMED_SCORE_PREFIX, named_score_column
 from workers.engine import serving
 from workers.packing import packed_sequence_scores
-from workers.recipe import REWARD_DEFAULTS, model_config, role_config, section
-from workers.reward_functions import ON_ERROR_POLICIES, RewardFunctionError, call_reward_function, load_reward_function
+from workers.recipe import REWARD_DEFAULTS, model_config, role_config, rollout_config, section
+from workers.reward_functions import (
+    ON_ERROR_POLICIES,
+    RewardFunctionError,
+    RewardOutputError,
+    RewardScores,
+    call_reward_function,
+    load_reward_function,
+)
 from workers.role import RoleWorker
 
-__all__ = ["INTERNAL_COLUMNS", "RewardWorker", "place_scores"]
+__all__ = ["INTERNAL_COLUMNS", "OVERLONG_PENALTY", "RewardWorker", "is_internal_column", "place_scores"]
 
 INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "prompt_messages", "score", "reward_error"})
-"""Non-tensor columns not passed to reward functions (the rest go in as keyword lists)."""
+"""Non-tensor columns not passed to reward functions (the rest go in as keyword lists); so are the named-score
+columns ``reward/<name>`` (:func:`is_internal_column`)."""
+
+OVERLONG_PENALTY = "overlong_penalty"
+"""The named score holding DAPO's overlong penalty (column ``reward/overlong_penalty``) when the buffer is on."""
+
+
+def is_internal_column(name: str) -> bool:
+    """Whether a non-tensor column is the pipeline's own, not data for the reward function."""
+    return name in INTERNAL_COLUMNS or str(name).startswith(NAMED_SCORE_PREFIX)
 
 
 def place_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -46,6 +64,13 @@ class RewardWorker(RoleWorker):
             raise RecipeError(
                 f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}"
             )
+        self.overlong = {**REWARD_DEFAULTS["overlong_buffer"], **(self.config["overlong_buffer"] or {})}
+        self.max_new_tokens = int(rollout_config(self.recipe)["max_new_tokens"])
+        problem = overlong_buffer_problem(self.overlong, self.max_new_tokens)
+        if problem:
+            raise RecipeError(problem, "roles.reward.overlong_buffer.len", "out_of_range")
+        self.function_kwargs = dict(self.config["function_kwargs"] or {})
+        self.score_names: list[str] = []  # the named scores the function last returned (for a batch that all fails)
         self.function: Callable[..., Any] | None = None
         self.function_name = ""
         self.model: nn.Module | None = None
@@ -115,9 +140,11 @@ class RewardWorker(RoleWorker):
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def compute_rewards(self, data: DataProto) -> DataProto:
-        """``token_level_scores`` (B, R) with the score at the last valid response token, plus
-        non-tensor ``score`` (float) and ``reward_error`` (True where on_error=zero replaced a failure);
-        ``meta_info['reward/errors']`` counts those on this rank."""
+        """``token_level_scores`` (B, R) with the reward at the last valid response token, plus non-tensor
+        ``score`` (the function's or model's raw score, float), ``reward_error`` (True where on_error=zero
+        replaced a failure) and one float column ``reward/<name>`` per named score (``reward/overlong_penalty``
+        with the overlong buffer, whose penalty the reward adds to ``score``); ``meta_info['reward/errors']``
+        counts the failures on this rank."""
         if not self._ready:
             raise RuntimeError(f"{type(self).__name__} ({self.role}): call init_model() first")
         self._require_keys(data, ("responses",), "compute_rewards")
@@ -132,27 +159,51 @@ class RewardWorker(RoleWorker):
         texts = self._texts(data, "response_text", "responses", response_mask)
         if self.function is not None:
             columns = {
-                key: values.tolist() for key, values in data.non_tensor_batch.items() if key not in INTERNAL_COLUMNS
+                key: values.tolist() for key, values in data.non_tensor_batch.items() if not is_internal_column(key)
             }
-            scores, errored = call_reward_function(
+            result = call_reward_function(
                 self.function,
                 self.function_name,
                 prompts,
                 texts,
                 columns,
+                kwargs=self.function_kwargs,
                 batch_size=self.config["batch_size"],
                 on_error=str(self.config["on_error"]),
+                names=self.score_names,
             )
+            self.score_names = list(result.named) or self.score_names
         else:
-            scores, errored = self._model_scores(self._model_prompts(data, prompts), texts), [False] * len(texts)
-        score_tensor = torch.tensor(scores, dtype=torch.float32)
+            scores = self._model_scores(self._model_prompts(data, prompts), texts)
+            result = RewardScores(scores, [False] * len(texts), {})
+        rewards = torch.tensor(result.scores, dtype=torch.float32)
+        named = dict(result.named)
+        if self.overlong["enable"]:
+            penalty = self._overlong_penalty(data, response_mask, named)
+            rewards = rewards + penalty
+            named[OVERLONG_PENALTY] = penalty.tolist()
         return DataProto.from_dict(
-            tensors={"token_level_scores": place_scores(score_tensor, response_mask)},
+            tensors={"token_level_scores": place_scores(rewards, response_mask)},
             non_tensors={
-                "score": np.asarray(scores, dtype=np.float64),
-                "reward_error": np.asarray(errored, dtype=bool),
+                "score": np.asarray(result.scores, dtype=np.float64),
+                "reward_error": np.asarray(result.errored, dtype=bool),
+                **{named_score_column(key): np.asarray(values, dtype=np.float64) for key, values in named.items()},
             },
-            meta_info={"reward/errors": int(sum(errored))},
+            meta_info={"reward/errors": int(sum(result.errored))},
+        )
+
+    def _overlong_penalty(self, data: DataProto, response_mask: torch.Tensor, named: Mapping[str, Any]) -> torch.Tensor:
+        """DAPO's penalty of each response, its length counted as verl's ``valid_response_length`` counts it: the
+        attention mask over the response (every generated token up to and including EOS), else ``response_mask``."""
+        if OVERLONG_PENALTY in named:
+            raise RewardOutputError(
+                f"reward function {self.function_name} returns a named score {OVERLONG_PENALTY!r}, the column that "
+                f"roles.{self.role}.overlong_buffer writes; rename it"
+            )
+        width = response_mask.shape[1]
+        mask = data.batch["attention_mask"][:, -width:] if "attention_mask" in data.batch else response_mask
+        return overlong_penalty(
+            mask.long().sum(dim=-1), self.max_new_tokens, int(self.overlong["len"]), float(self.overlong["penalty_factor"])
         )
 
     def _model_prompts(self, data: DataProto, policy_prompts: list[str]) -> list[str]:
