@@ -16,7 +16,7 @@ case by case, quirks included:
 
 from __future__ import annotations
 
-__all__ = ["boxed_answer", "math_answers_match", "normalize_math_answer"]
+__all__ = ["UnnormalizableAnswer", "boxed_answer", "math_answers_match", "normalize_math_answer"]
 
 _BOXED_SPACE = "\\boxed "
 _BOXED = "\\boxed"
@@ -44,8 +44,8 @@ _AFTER_UNITS = (
 )
 
 
-class _Unnormalizable(Exception):
-    """The string has a shape the normalization cannot rewrite; compare it raw."""
+class UnnormalizableAnswer(Exception):
+    """The answer has a shape the normalization cannot rewrite (so it is compared raw)."""
 
 
 def boxed_answer(text: str) -> str | None:
@@ -70,7 +70,7 @@ def _cut_units(text: str) -> str:
     r"""Drop a trailing unit written ``"\text{ ...}"``: everything from its ``"\text{ "`` on."""
     pieces = text.split(_UNITS)
     if len(pieces) > 2:
-        raise _Unnormalizable("more than one unit")
+        raise UnnormalizableAnswer("more than one unit")
     return pieces[0]
 
 
@@ -80,7 +80,7 @@ def _brace_sqrt_arguments(text: str) -> str:
     rebuilt = [head]
     for piece in pieces:
         if not piece:
-            raise _Unnormalizable("\\sqrt with nothing after it")
+            raise UnnormalizableAnswer("\\sqrt with nothing after it")
         rebuilt.append("\\sqrt" + (piece if piece[0] == "{" else "{" + piece[0] + "}" + piece[1:]))
     return "".join(rebuilt)
 
@@ -91,7 +91,7 @@ def _brace_frac_arguments(text: str) -> str:
     rebuilt = [head]
     for piece in pieces:
         if not piece:
-            raise _Unnormalizable("\\frac with nothing after it")
+            raise UnnormalizableAnswer("\\frac with nothing after it")
         if piece[0] == "{":
             rebuilt.append("\\frac" + piece)
         elif len(piece) == 1:
@@ -121,7 +121,7 @@ def normalize_math_answer(text: str) -> str:
     ``\left``, ``\right``, degrees and ``\$``; cut a ``"\text{ "`` unit; drop ``\%``; ``.5`` -> ``0.5``;
     ``k = 5`` -> ``5`` (one ``=`` and at most two characters before it); ``\sqrt3`` -> ``\sqrt{3}``;
     drop spaces; ``\frac12`` -> ``\frac{1}{2}``; ``0.5`` -> ``\frac{1}{2}``; ``3/4`` -> ``\frac{3}{4}``.
-    Raises ``_Unnormalizable`` for the shapes the module docstring lists.
+    Raises ``UnnormalizableAnswer`` for the shapes the module docstring lists.
     """
     for old, new in _BEFORE_UNITS:
         text = text.replace(old, new)
@@ -147,5 +147,5 @@ def math_answers_match(answer: str, reference: str) -> bool:
     """Whether two answers are equal after normalization (raw equality when either cannot be normalized)."""
     try:
         return normalize_math_answer(answer) == normalize_math_answer(reference)
-    except _Unnormalizable:
+    except UnnormalizableAnswer:
         return answer == reference
