@@ -1,10 +1,10 @@
 """Split a mini-batch into micro-batches (by rows or by a token budget) and weigh their losses.
 
 Gradient accumulation must give the gradient of the whole mini-batch's loss, however it is split. A
-micro-batch's loss is a mean over its own rows (``seq-mean-*``, DPO, reward-model pairs) or over its own
-loss tokens (``token-mean``, SFT), so its weight is its share of the mini-batch's rows or tokens:
-``sum_i share_i * mean_i = mean``. (Dividing each by the number of micro-batches is exact only when every
-micro-batch holds the same number of rows and tokens.)
+micro-batch's loss is a mean over its own rows (``seq-mean-*``, the ``geo_mean`` and ``sapo`` policy losses
+in any mode, DPO, reward-model pairs) or over its own loss tokens (``token-mean``, SFT), so its weight is its
+share of the mini-batch's rows or tokens: ``sum_i share_i * mean_i = mean``. (Dividing each by the number
+of micro-batches is exact only when every micro-batch holds the same number of rows and tokens.)
 
 ``roles.<role>.micro_batch_tokens`` forms micro-batches by a budget of real tokens (prompt + response,
 pad excluded) instead of a row count, as verl's ``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["TokenBudgetError", "loss_token_counts", "micro_batch_shares", "split_by_rows", "split_by_tokens"]
+__all__ = ["ROW_MEAN_POLICY_LOSSES", "TokenBudgetError", "loss_token_counts", "micro_batch_shares", "split_by_rows", "split_by_tokens"]
 
 
 class TokenBudgetError(ValueError):
@@ -90,7 +90,19 @@ def micro_batch_shares(pieces: list[torch.Tensor], loss_tokens: torch.Tensor | N
     return [len(piece) / rows for piece in pieces]
 
 
-def loss_token_counts(mask: torch.Tensor, agg: str) -> torch.Tensor | None:
-    """Per-row loss tokens that weigh a micro-batch under ``agg`` (``token-mean``), or None (row share:
-    the ``seq-mean-*`` modes average over rows)."""
-    return mask.sum(dim=-1) if agg == "token-mean" else None
+#: Policy losses that average one value per row whatever ``loss_agg_mode`` says (``rlhfctl.algorithms.policy_losses``:
+#: ``geo_mean`` is the mean over rows of each sequence's loss, ``sapo`` always reduces with ``seq-mean-token-mean``),
+#: so their micro-batches weigh by rows.
+ROW_MEAN_POLICY_LOSSES = frozenset({"geo_mean", "sapo"})
+
+
+def loss_token_counts(mask: torch.Tensor, agg: str, policy_loss: str | None = None) -> torch.Tensor | None:
+    """Per-row loss tokens that weigh a micro-batch under ``agg`` (``token-mean``), or None (row share: the
+    ``seq-mean-*`` modes, and a ``policy_loss`` in :data:`ROW_MEAN_POLICY_LOSSES`, average over rows).
+
+    One share weighs a micro-batch's whole loss: with a row-mean policy loss under ``token-mean``, an entropy
+    bonus or KL loss (token means) is then exact only when the micro-batches hold tokens in proportion to rows.
+    """
+    if agg != "token-mean" or policy_loss in ROW_MEAN_POLICY_LOSSES:
+        return None
+    return mask.sum(dim=-1)
