@@ -187,3 +187,25 @@ def test_gdpo_through_the_registry_without_named_scores_says_where_they_come_fro
     inputs = {"token_level_rewards": torch.zeros(2, 2), "response_mask": torch.ones(2, 2), "index": [0, 0]}
     with pytest.raises(ValueError, match=r"advantage estimator 'gdpo' needs named_scores: the reward function must return"):
         compute_advantages("gdpo", **inputs, reward_keys=["acc"])
+
+
+# ------------------------------------------------------------------------------ the doc's table
+
+
+def _builtin(registry) -> set[str]:
+    return {name for name, fn in registry.items() if fn.__module__.startswith("rlhfctl.algorithms")}
+
+
+def test_the_doc_table_names_every_builtin_estimator_policy_loss_and_aggregation():
+    from rlhfctl.algorithms import LOSS_AGG_MODES, POLICY_LOSSES
+
+    doc = (Path(__file__).parents[2] / "docs" / "algorithms.md").read_text()
+    rows: dict[str, set[str]] = {"estimator": set(), "policy loss": set(), "aggregation": set()}
+    for line in doc.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 4 and cells[0] in rows:
+            rows[cells[0]].add(cells[1].split("`")[1])
+            assert "arxiv.org" in cells[2] and cells[3], line  # a paper and a verl name on every row
+    assert rows["estimator"] == _builtin(ADVANTAGE_ESTIMATORS)
+    assert rows["policy loss"] == _builtin(POLICY_LOSSES)
+    assert rows["aggregation"] == set(LOSS_AGG_MODES)
