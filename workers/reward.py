@@ -16,7 +16,13 @@ from rlhfctl.single_controller import Dispatch, rank_progress, register
 from rlhfctl.tasks.reward_fn import NAMED_SCORE_PREFIX, named_score_column
 from workers.engine import serving
 from workers.packing import packed_sequence_scores
-from workers.recipe import REWARD_DEFAULTS, model_config, role_config, rollout_config, section
+from workers.recipe import (
+    REWARD_DEFAULTS,
+    model_config,
+    role_config,
+    rollout_config,
+    section,
+)
 from workers.reward_functions import (
     ON_ERROR_POLICIES,
     RewardFunctionError,
