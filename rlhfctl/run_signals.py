@@ -6,6 +6,13 @@ stack and kills the driver), so :func:`stop_on_signals` is entered after Ray is 
 The first signal raises :class:`RunSignalled` (a ``KeyboardInterrupt``, so every Ctrl-C path applies);
 later ones are ignored while the run saves and shuts down. Inside :func:`safe_point_pending` blocks
 (a checkpoint being written) the stop waits until the block ends.
+
+The first stop request (Ctrl-C included) is also remembered, because the exception it raises does not
+always reach the run as itself: a handler that runs while the driver waits inside Ray (``ray.get``,
+``ray.wait``) raises in Ray's signal check, and Ray replaces whatever it raised with a bare
+``KeyboardInterrupt``; and a scheduler that signals every process of a job stops the workers too, so a
+lost worker can surface before the driver's own handler has run. :func:`stop_cause` turns either back
+into the :class:`RunSignalled` of the signal that arrived, so the message and the exit code name it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["STOP_SIGNALS", "RunSignalled", "exit_code_for_signal", "safe_point_pending", "stop_on_signals"]
+from rlhfctl.errors import WorkerLost
+
+__all__ = ["STOP_SIGNALS", "RunSignalled", "exit_code_for_signal", "safe_point_pending", "stop_cause",
+           "stop_on_signals"]
 
 #: The signals that stop a run, besides SIGINT (Ctrl-C), which Python already turns into KeyboardInterrupt.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGUSR1)
@@ -37,11 +47,12 @@ class RunSignalled(KeyboardInterrupt):
 
 
 class _StopState:
-    """What the handler knows: whether a stop was raised, and whether a critical block defers it."""
+    """What the handlers know: the first stop request, whether a stop was raised, whether a critical block defers it."""
 
     def __init__(self) -> None:
+        self.received: int | None = None  # the first of SIGINT, SIGTERM, SIGUSR1 since stop_on_signals began
         self.raised = False
-        self.deferred: int | None = None
+        self.deferred = False
         self.critical_depth = 0
 
 
@@ -49,13 +60,39 @@ _state = _StopState()
 
 
 def _handle(signum: int, frame: Any) -> None:
+    if _state.received is None:
+        _state.received = signum  # first, before anything can go wrong: stop_cause reads it
     if _state.raised:
         return  # already stopping: let the save and the shutdown finish
     if _state.critical_depth:
-        _state.deferred = signum
+        _state.deferred = True
         return
     _state.raised = True
-    raise RunSignalled(signum)
+    raise RunSignalled(_state.received)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """Ctrl-C as Python has it (a KeyboardInterrupt each time), remembered as the first request if it is."""
+    if _state.received is None:
+        _state.received = signum
+    _state.raised = True  # a SIGTERM that follows does not cut the save that Ctrl-C started
+    signal.default_int_handler(signum, frame)
+
+
+def stop_cause(error: BaseException) -> BaseException:
+    """``error``, or the :class:`RunSignalled` of the stop signal that arrived first, when ``error`` is its doing.
+
+    A bare ``KeyboardInterrupt`` (the handler ran inside a Ray wait, which replaced its exception) and a
+    lost worker (the signal reached the workers as well) are; Ctrl-C stays a ``KeyboardInterrupt`` (130).
+    """
+    signum = _state.received
+    if signum is None or signum == signal.SIGINT or isinstance(error, RunSignalled):
+        return error
+    if isinstance(error, (KeyboardInterrupt, WorkerLost)):
+        stop = RunSignalled(signum)
+        stop.__cause__ = error
+        return stop
+    return error
 
 
 @contextlib.contextmanager
@@ -66,22 +103,33 @@ def safe_point_pending() -> Iterator[None]:
         yield
     finally:
         _state.critical_depth -= 1
-        pending, _state.deferred = _state.deferred, None
-        if pending is not None and not _state.critical_depth and not _state.raised:
+        pending, _state.deferred = _state.deferred, False
+        if pending and not _state.critical_depth and not _state.raised:
             _state.raised = True
-            raise RunSignalled(pending)
+            raise RunSignalled(_state.received)
 
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGUSR1 into :class:`RunSignalled` in the main thread while the block runs."""
+    """Turn SIGTERM and SIGUSR1 into :class:`RunSignalled` in the main thread while the block runs.
+
+    What leaves the block names the first stop signal that arrived (:func:`stop_cause`), whatever the
+    run saw first.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread (library use in a thread)
         return
+    _state.received, _state.raised, _state.deferred = None, False, False
     previous = {signum: signal.signal(signum, _handle) for signum in STOP_SIGNALS}
-    _state.raised, _state.deferred = False, None
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (cmd &)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupt)
     try:
         yield
+    except (KeyboardInterrupt, WorkerLost) as error:
+        stop = stop_cause(error)
+        if stop is error:
+            raise
+        raise stop from error
     finally:
         for signum, handler in previous.items():
             # A handler installed from C (Ray's) reads back as None and cannot be reinstalled from Python.

@@ -34,7 +34,8 @@ def train(
 
       rlhfctl train my.yaml ~roles.reference data.train_files=[a.jsonl,b.jsonl] --quiet
 
-    Exit codes: 0 done, 1 internal error, 2 recipe/data/model error, 130 interrupted.
+    Exit codes: 0 done, 1 internal error, 2 recipe/data/model error, 3 a worker died or timed out,
+    4 diverged, 130 interrupted (Ctrl-C), 138 stopped by SIGUSR1, 143 stopped by SIGTERM (saved first).
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):

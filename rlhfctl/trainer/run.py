@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from omegaconf import DictConfig
 
+from rlhfctl.errors import WorkerLost
 from rlhfctl.ray_cluster import start_or_join_ray
 from rlhfctl.recipe.errors import RecipeError
-from rlhfctl.run_signals import stop_on_signals
+from rlhfctl.run_signals import safe_point_pending, stop_cause, stop_on_signals
 from rlhfctl.single_controller.rank_progress import watch_rank_progress
 from rlhfctl.trace import brief_summary
 from rlhfctl.trainer.output_dir import prepare_output_dir
@@ -81,15 +81,24 @@ def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
             try:
                 trainer.fit()
                 trainer.wait_for_checkpoint()  # the last save's background write
-            except KeyboardInterrupt:
-                _save_on_interrupt(trainer, cfg, reporter)
-                raise
+            except (KeyboardInterrupt, WorkerLost) as error:
+                stop = stop_cause(error)  # a stop signal may surface as a bare KeyboardInterrupt or a lost worker
+                if not isinstance(stop, KeyboardInterrupt):
+                    raise  # a worker lost on its own
+                if isinstance(error, WorkerLost):  # the signal reached the workers too: nothing left to save
+                    reporter.message(f"{stop}: {error}; the previous checkpoint is kept")
+                else:
+                    _save_on_interrupt(trainer, cfg, reporter, stop)
+                if stop is error:
+                    raise
+                raise stop from error
             return _finish(trainer, reporter)
     finally:
-        if trainer is not None:
-            trainer.shutdown()
-        if session is not None:
-            session.shutdown()
+        with safe_point_pending():  # a stop signal that arrives now waits until everything is stopped
+            if trainer is not None:
+                trainer.shutdown()
+            if session is not None:
+                session.shutdown()
 
 
 def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
@@ -105,16 +114,18 @@ def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
     return summary
 
 
-def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter) -> None:
-    """On Ctrl-C, finish the checkpoint still being written, then checkpoint the last completed step (if asked
-    and not saved yet) and wait for it; best effort."""
+def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter,
+                       stop: KeyboardInterrupt | None = None) -> None:
+    """On Ctrl-C or a stop signal (``stop``), finish the checkpoint still being written, then checkpoint the last
+    completed step (if asked and not saved yet) and wait for it; best effort."""
     trainer.write_trace()
     step = trainer.completed_step
     try:
         trainer.wait_for_checkpoint()
         if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
             return
-        reporter.message(f"{sys.exc_info()[1] or 'interrupted'}: saving step {step} before exiting")
+        reason = str(stop) if stop is not None else ""  # a bare KeyboardInterrupt (Ctrl-C) has no text
+        reporter.message(f"{reason or 'interrupted'}: saving step {step} before exiting")
         trainer.save(step)
         trainer.wait_for_checkpoint()
     except BaseException as error:  # noqa: BLE001 - workers may be gone already; keep the older checkpoint
