@@ -11,7 +11,8 @@ tests/algorithms/fixtures/verl_estimators.pt. Everything runs under ``torch.no_g
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ def grpo_passk_advantages(
     epsilon: float = 1e-6,
     norm_by_std: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pass@k training: only the best response of a group is credited (Chen et al. 2025, arXiv:2503.19595).
+    """Pass@k training: only the best response of a group is credited (arXiv:2503.19595).
 
     With s_(1) >= s_(2) the two highest scores of group g and sigma_g its unbiased std:
 
@@ -84,7 +85,7 @@ def opo_advantages(
     response_mask: torch.Tensor,
     index: GroupIndex,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """On-Policy RL with the Optimal reward Baseline (Hao et al. 2025, arXiv:2505.23585).
+    """OPO, on-policy RL with the optimal reward baseline (arXiv:2505.23585).
 
     The baseline of group g is its length-weighted mean score, with l_j = sum_t m_{j,t}:
 

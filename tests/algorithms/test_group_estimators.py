@@ -180,6 +180,7 @@ def test_gdpo_named_rewards_pass_through_compute_advantages():
     )
     direct, _ = gdpo_advantages(**inputs, named_scores=named, reward_keys=["acc", "format"], reward_weights=[1.0, 0.5], norm_by_std=False)
     torch.testing.assert_close(adv, direct, atol=0, rtol=0)
+    assert torch.equal(adv, ret)
     close(adv[:, 0], [1.183216, -1.183216, -0.591608, 0.591608])
 
 

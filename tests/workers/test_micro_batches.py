@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from rlhfctl.algorithms import LOSS_AGG_MODES, POLICY_LOSSES, get_policy_loss
-from workers.micro_batches import ROW_MEAN_POLICY_LOSSES, loss_token_counts, micro_batch_shares, split_by_rows
+from workers.micro_batches import (
+    ROW_MEAN_POLICY_LOSSES,
+    loss_token_counts,
+    micro_batch_shares,
+    split_by_rows,
+)
 
 SETTINGS = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0, "tau_pos": 1.0, "tau_neg": 1.05,
             "loss_scale_factor": None}
