@@ -230,7 +230,7 @@ def _named_rows(
             for key in found:
                 problem = named_score_problem(key)
                 if problem:
-                    raise RewardOutputError(f"reward function {name} returned {problem} for sample {index}")
+                    raise RewardOutputError(f"reward function {name}, sample {index}: {problem}")
             reference = (found, index)
         _check_same_names(found, reference, name, index)
         for key in reference[0]:

@@ -189,8 +189,8 @@ def test_a_batch_that_fails_whole_keeps_the_names_of_the_last_call():
         ("score_is_text", r"score_is_text returned a non-number score \('high'\) for sample 0"),
         ("short_acc_column", r"short_acc_column returned 3 values for 'acc' for 4 samples \(samples 0..3\)"),
         ("columns_without_score", r"columns_without_score returned a mapping without 'score' for samples 0..3"),
-        ("slash_in_name", r"slash_in_name returned the named score 'a/b' has a '/'.* for sample 0"),
-        ("empty_name", r"empty_name returned a named score needs a non-empty string name, got '' for sample 0"),
+        ("slash_in_name", r"slash_in_name, sample 0: the named score 'a/b' has a '/'"),
+        ("empty_name", r"empty_name, sample 0: a named score needs a non-empty string name, got ''"),
         ("float_then_mapping", r"float_then_mapping returned a float for sample 0 beside mappings"),
     ],
 )
