@@ -319,14 +319,17 @@ def render_data(console: Console, summaries: list[DataFileSummary]) -> None:
     """Each data file as preflight read it: rows, prompt form, the key of the ground truth, the columns."""
     if not summaries:
         return
-    sampled = max(summary.sampled for summary in summaries)
-    table = Table(title=f"Data files (the first {sampled} rows of each read)", title_justify="left")
+    from rlhfctl.recipe.preflight import SAMPLE_RECORDS
+
+    table = Table(title=f"Data files (prompt, ground truth and columns from the first {SAMPLE_RECORDS} rows of each)",
+                  title_justify="left")
     for column in ("key", "file", "rows", "prompt", "ground truth", "columns"):
-        table.add_column(column, justify="right" if column == "rows" else "left")
+        table.add_column(column, justify="right" if column == "rows" else "left",
+                         no_wrap=column in ("key", "rows"), overflow="fold")
     for summary in summaries:
         truth = summary.ground_truth
         if truth is not None and summary.ground_truth_rows < summary.sampled:
-            truth = f"{truth} ({summary.ground_truth_rows} of {summary.sampled} rows)"
+            truth = f"{truth} (set in {summary.ground_truth_rows} of {summary.sampled} rows)"
         table.add_row(_cell(summary.key), _cell(summary.path), _cell(summary.rows), _cell(summary.prompt),
                       _cell(truth if truth is not None else "none", "" if truth is not None else "yellow"),
                       _cell(", ".join(summary.columns)))

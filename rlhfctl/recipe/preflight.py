@@ -167,13 +167,15 @@ def _ground_truth_problems(function: Any, summaries: list[DataFileSummary]) -> l
     for summary in summaries:
         if summary.ground_truth_rows:
             continue
-        lack = ("is null in every one of" if summary.ground_truth_keys else "is in none of")
-        read = f" (read from {summary.ground_truth})" if summary.ground_truth_keys else ""
-        issues.append(error(summary.key, (
-            f"{summary.key}: {summary.path}: ground_truth {lack} the first {summary.sampled} rows{read}, and "
-            f"roles.reward.function {name} needs it; give each row a '{GROUND_TRUTH}' column or, as verl's "
-            f"preprocessed data does, {NESTED_GROUND_TRUTH} (a reward_model dict with a ground_truth key)"
-        )))
+        if summary.ground_truth_keys:
+            lack = (f"ground_truth is null in each of the first {summary.sampled} rows (read from "
+                    f"{summary.ground_truth}), and roles.reward.function {name} needs it; fill it in")
+        else:
+            lack = (f"none of the first {summary.sampled} rows has a ground_truth (no '{GROUND_TRUTH}' column, no "
+                    f"{NESTED_GROUND_TRUTH}), and roles.reward.function {name} needs it; give each row a "
+                    f"'{GROUND_TRUTH}' column or, where verl's preprocessed data keeps it, "
+                    f"reward_model: {{ground_truth: ...}}")
+        issues.append(error(summary.key, f"{summary.key}: {summary.path}: {lack}"))
     return issues
 
 
