@@ -1,4 +1,9 @@
-"""Prompts for training and validation, from the recipe's data files or a bundled task, as DataProtos."""
+"""Prompts for training and validation, from the recipe's data files or a bundled task, as DataProtos.
+
+Files in verl's layout train as they are: the chat template and the ``ground_truth`` lift follow
+:mod:`rlhfctl.data.verl_layout`, and every other column (``data_source``, ``reward_model``, ``extra_info``, ...)
+becomes a non-tensor column with one value per sample (a dict stays a dict, a list a list).
+"""
 
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ _uid_counter = itertools.count()
 
 
 def to_dataproto(rows: list, tokenizer: Any) -> DataProto:
-    """Collate rows into a DataProto: left-padded prompts, a ``uid`` per prompt, and the extra columns."""
+    """Collate rows into a DataProto: left-padded prompts, a ``uid`` per prompt, and the reward columns."""
     collated = collate_prompts(rows, tokenizer)
     non_tensors = {name: values for name, values in collated.columns.items()}
     non_tensors["uid"] = np.array([f"p{next(_uid_counter)}" for _ in rows], dtype=object)
