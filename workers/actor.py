@@ -256,7 +256,9 @@ class ActorWorker(TrainableRoleWorker):
         metrics = self._optimize(
             batch, loss_fn, stream="update", epochs=epochs, mini_batch_rows=mini_rows,
             micro_batch_rows=self.config["micro_batch_size"], row_tokens=batch["attention_mask"].sum(-1),
-            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"])), after_step=observer,
+            loss_tokens=loss_token_counts(batch["response_mask"], str(self.config["loss_agg_mode"]),
+                                          str(self.config["policy_loss"])),
+            after_step=observer,
         )
         named = {f"actor/{key}": value for key, value in metrics.items()}
         if "actor/logprob_diff" in named:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["ROW_MEAN_POLICY_LOSSES", "TokenBudgetError", "loss_token_counts", "micro_batch_shares", "split_by_rows", "split_by_tokens"]
+from rlhfctl.algorithms.policy_losses import policy_loss_averages_rows
+
+__all__ = ["TokenBudgetError", "loss_token_counts", "micro_batch_shares", "split_by_rows", "split_by_tokens"]
 
 
 class TokenBudgetError(ValueError):
@@ -90,19 +92,13 @@ def micro_batch_shares(pieces: list[torch.Tensor], loss_tokens: torch.Tensor | N
     return [len(piece) / rows for piece in pieces]
 
 
-#: Policy losses that average one value per row whatever ``loss_agg_mode`` says (``rlhfctl.algorithms.policy_losses``:
-#: ``geo_mean`` is the mean over rows of each sequence's loss, ``sapo`` always reduces with ``seq-mean-token-mean``),
-#: so their micro-batches weigh by rows.
-ROW_MEAN_POLICY_LOSSES = frozenset({"geo_mean", "sapo"})
-
-
 def loss_token_counts(mask: torch.Tensor, agg: str, policy_loss: str | None = None) -> torch.Tensor | None:
     """Per-row loss tokens that weigh a micro-batch under ``agg`` (``token-mean``), or None (row share: the
-    ``seq-mean-*`` modes, and a ``policy_loss`` in :data:`ROW_MEAN_POLICY_LOSSES`, average over rows).
+    ``seq-mean-*`` modes, and a ``policy_loss`` registered with ``averages_rows`` — GMPO, SAPO — average over rows).
 
     One share weighs a micro-batch's whole loss: with a row-mean policy loss under ``token-mean``, an entropy
     bonus or KL loss (token means) is then exact only when the micro-batches hold tokens in proportion to rows.
     """
-    if agg != "token-mean" or policy_loss in ROW_MEAN_POLICY_LOSSES:
+    if agg != "token-mean" or (policy_loss is not None and policy_loss_averages_rows(policy_loss)):
         return None
     return mask.sum(dim=-1)

@@ -29,6 +29,7 @@ F = TypeVar("F", bound=PolicyLossFn)
 
 _REGISTRY: dict[str, PolicyLossFn] = {}
 _USES: dict[str, tuple[str, ...]] = {}
+_ROW_MEANS: set[str] = set()  # losses that average over rows whatever loss_agg_mode says
 
 #: Read-only live view of the registered policy losses, name -> function.
 POLICY_LOSSES: Mapping[str, PolicyLossFn] = MappingProxyType(_REGISTRY)
@@ -42,8 +43,12 @@ _LOG_RATIO_CLAMP = 20.0
 _EPS = 1e-8  # verl's masked_mean denominator guard, where it decides a value
 
 
-def register_policy_loss(name: str, *, uses: tuple[str, ...] = (), override: bool = False) -> Callable[[F], F]:
+def register_policy_loss(name: str, *, uses: tuple[str, ...] = (), averages_rows: bool = False,
+                         override: bool = False) -> Callable[[F], F]:
     """Decorator registering a policy loss under ``name``; ``uses`` names the config keys it reads.
+
+    ``averages_rows``: the loss is a mean over rows whatever ``loss_agg_mode`` says (GMPO, SAPO), so
+    micro-batches that accumulate it are weighed by their rows, not their tokens.
 
     Registering a different function under a taken name raises ``ValueError`` unless ``override=True``.
     """
@@ -60,6 +65,9 @@ def register_policy_loss(name: str, *, uses: tuple[str, ...] = (), override: boo
             )
         _REGISTRY[name] = fn
         _USES[name] = tuple(uses)
+        _ROW_MEANS.discard(name)
+        if averages_rows:
+            _ROW_MEANS.add(name)
         return fn
 
     return decorator
@@ -71,6 +79,12 @@ def get_policy_loss(name: str) -> PolicyLossFn:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown policy loss {name!r}; choose one of: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def policy_loss_averages_rows(name: str) -> bool:
+    """Whether the loss ``name`` is a mean over rows whatever the aggregation (see ``register_policy_loss``)."""
+    get_policy_loss(name)
+    return name in _ROW_MEANS
 
 
 def policy_loss_keys(name: str) -> tuple[str, ...]:
@@ -250,7 +264,7 @@ def kl_cov(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, con
     return loss, _detached({"ppo_kl": _verl_mean(log_ratio.abs(), m)})
 
 
-@register_policy_loss("geo_mean", uses=("clip_ratio_low", "clip_ratio_high"))
+@register_policy_loss("geo_mean", uses=("clip_ratio_low", "clip_ratio_high"), averages_rows=True)
 def geo_mean(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, token_weights=None):
     """GMPO: the geometric mean of the token ratios, clipped per token in log space (Zhao et al. 2025,
     arXiv:2507.20673).
@@ -282,7 +296,7 @@ def geo_mean(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, c
     })
 
 
-@register_policy_loss("sapo", uses=("tau_pos", "tau_neg"))
+@register_policy_loss("sapo", uses=("tau_pos", "tau_neg"), averages_rows=True)
 def sapo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, token_weights=None):
     """SAPO: a smooth sigmoid gate in place of the hard clip (Gao et al. 2025, arXiv:2511.20347).
 
