@@ -6,8 +6,9 @@ Two checkers, picked by ``checker``:
   as ``\boxed{<ground truth>}`` with its LaTeX extractor and the whole response with its expression
   and LaTeX extractors, and scores 1 if any parsed response answer equals any parsed reference
   (symbolically, via sympy). As verl's ``verl/utils/reward_score/math_verify.py``, less its process pool:
-  we call it in-process, with math-verify's own time limits on the main thread (they use
-  ``SIGALRM``) and none on other threads; a time-out or an error scores 0, as there.
+  we call it in-process, with math-verify's own time limits (5 s a parse or a comparison) on the
+  main thread (they use ``SIGALRM``; an alarm set before is re-armed after) and none on other
+  threads; a time-out or an error scores 0, as there.
 - ``"string-match"``: the last ``\boxed{...}`` against the reference after string normalization
   (:mod:`rlhfctl.rewards.math_string_match`), as verl's ``math_reward.py``.
 
@@ -20,7 +21,10 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
+import signal
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rlhfctl.rewards.batch import as_text, check_batch
@@ -67,20 +71,36 @@ def _string_match_score(response: str, reference: str) -> float:
     return float(answer is not None and math_answers_match(answer, reference))
 
 
+def _keeping_outer_alarm(check: Callable[[], float]) -> float:
+    """Run ``check``, then re-arm an alarm set before it (pytest-timeout's, say): math-verify's limits cancel it."""
+    outer, _ = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
+    try:
+        return check()
+    finally:
+        if outer > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 0.001))
+
+
 def _math_verify_score(response: str, reference: str) -> float:
+    # math-verify's time limits are SIGALRM alarms, which only the main thread may set.
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "getitimer"):
+        return _keeping_outer_alarm(lambda: _math_verify_check(response, reference, limit=5))
+    return _math_verify_check(response, reference, limit=None)
+
+
+def _math_verify_check(response: str, reference: str, limit: int | None) -> float:
+    """verl's math_verify grading: the boxed reference against every answer parsed from the response."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     from math_verify.errors import TimeoutException
 
-    # math-verify's time limits are SIGALRM alarms, which only the main thread may set.
-    main = threading.current_thread() is threading.main_thread()
-    parse_limit, verify_limit = (5, 5) if main else (None, None)
     try:
-        references = parse("\\boxed{" + reference + "}", (LatexExtractionConfig(),), parsing_timeout=parse_limit)
-        answers = parse(response, (ExprExtractionConfig(), LatexExtractionConfig()), parsing_timeout=parse_limit)
+        references = parse("\\boxed{" + reference + "}", (LatexExtractionConfig(),), parsing_timeout=limit)
+        answers = parse(response, (ExprExtractionConfig(), LatexExtractionConfig()), parsing_timeout=limit)
         if not references or not answers:
             return 0.0
         # Every parsed answer is verified (no stopping at the first match), so an error in any scores 0.
-        return max(float(any(verify(gold, answer, timeout_seconds=verify_limit) for gold in references)) for answer in answers)
+        return max(float(any(verify(gold, answer, timeout_seconds=limit) for gold in references)) for answer in answers)
     except (Exception, TimeoutException):  # model output may break the parser: a wrong answer, not a crash
         return 0.0
 

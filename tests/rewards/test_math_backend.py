@@ -45,3 +45,19 @@ def test_math_verify_scores_off_the_main_thread_too():
     with ThreadPoolExecutor(1) as pool:
         scores = pool.submit(math, ["", ""], ["\\boxed{\\frac{1}{2}}", "\\boxed{3}"], ground_truth=["0.5", "4"]).result()
     assert scores == [1.0, 0.0]
+
+
+@pytest.mark.skipif(not math_answers.math_verify_available(), reason="math-verify is not installed")
+def test_math_verify_leaves_an_alarm_set_before_it_armed():
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    outer = signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's, if it uses signals
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100.0)
+        assert math([""], ["\\boxed{1/2}"], ground_truth=["0.5"], checker="math-verify") == [1.0]
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 90.0 < remaining <= 100.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, *outer)
+        signal.signal(signal.SIGALRM, previous)
