@@ -22,6 +22,8 @@ def check_algorithm(cfg: Any) -> list[Issue]:
     issues = _import_modules(cfg)
     issues += _estimator(cfg)
     issues += _policy_loss(cfg)
+    issues += _named_rewards(cfg)
+    issues += _dynamic_sampling(cfg)
     issues += _kl(cfg)
     issues += _sampling(cfg)
     return issues
@@ -98,6 +100,47 @@ def _policy_loss(cfg: Any) -> list[Issue]:
             "roles.actor.loss_scale_factor: only loss_agg_mode seq-mean-token-sum-norm divides by it; "
             "remove it or set roles.actor.loss_agg_mode=seq-mean-token-sum-norm"
         )))
+    return issues
+
+
+def _named_rewards(cfg: Any) -> list[Issue]:
+    """gdpo has named rewards to normalize, and its keys and weights are given only to gdpo, one weight per key."""
+    algo = cfg.algorithm
+    name, keys, weights = str(algo.adv_estimator), list(algo.gdpo_reward_keys), algo.gdpo_reward_weights
+    if name != "gdpo":
+        given = [key for key, value in (("gdpo_reward_keys", keys), ("gdpo_reward_weights", weights)) if value]
+        return [error(f"algorithm.{key}", (
+            f"algorithm.{key}: only adv_estimator gdpo reads it (the estimator is {name}); remove it or set "
+            "algorithm.adv_estimator=gdpo"
+        )) for key in given]
+    if not keys:
+        return [error("algorithm.gdpo_reward_keys", (
+            "algorithm.gdpo_reward_keys: gdpo normalizes each named reward within its group; list the names your "
+            "reward function returns in its dict per sample (e.g. [acc, format]; rlhfctl.rewards:combined gives them)"
+        ))]
+    if weights is not None and len(weights) != len(keys):
+        return [error("algorithm.gdpo_reward_weights", (
+            f"algorithm.gdpo_reward_weights: {len(weights)} weights for {len(keys)} gdpo_reward_keys; give one per key"
+        ))]
+    return []
+
+
+def _dynamic_sampling(cfg: Any) -> list[Issue]:
+    """DAPO's group filter needs groups; the overlong buffer fits inside the response budget."""
+    from rlhfctl.algorithms.overlong import overlong_buffer_problem
+
+    issues = []
+    if cfg.algorithm.filter_groups.enable and int(cfg.rollout.n) == 1:
+        issues.append(error("algorithm.filter_groups.enable", (
+            "algorithm.filter_groups.enable: with rollout.n=1 every group has one response, so no group can be told "
+            "apart from another; set rollout.n >= 2 (DAPO uses 16) or turn the filter off"
+        )))
+    reward = cfg.roles.get("reward")
+    buffer = None if reward is None else reward.get("overlong_buffer")
+    if buffer is not None and buffer.enable:
+        problem = overlong_buffer_problem(buffer, int(cfg.rollout.max_new_tokens))
+        if problem:
+            issues.append(error("roles.reward.overlong_buffer.len", problem))
     return issues
 
 

@@ -12,6 +12,7 @@ import torch
 
 from rlhfctl.algorithms import explained_variance, masked_mean
 from rlhfctl.protocol import DataProto
+from rlhfctl.tasks.reward_fn import named_score_column, named_score_names
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
@@ -42,6 +43,8 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics["critic/explained_variance"] = float(explained_variance(batch.batch["values"], batch.batch["returns"], mask))
     if "ref_log_prob" in batch.batch and "old_log_probs" in batch.batch:
         metrics["kl"] = masked_mean(batch.batch["old_log_probs"] - batch.batch["ref_log_prob"], mask).item()
+    for name in named_score_names(batch.non_tensor_batch):  # a reward function's dict: reward/<name>/mean
+        metrics[f"reward/{name}/mean"] = float(np.mean(batch.non_tensor_batch[named_score_column(name)].astype(np.float64)))
     if "reward_error" in batch.non_tensor_batch:
         metrics["reward/errors"] = float(np.sum(batch.non_tensor_batch["reward_error"].astype(float)))
     if "entropys" in batch.batch:
@@ -49,15 +52,32 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
     return metrics
 
 
-def validation_metrics(scores: np.ndarray, sources: np.ndarray | None) -> dict[str, float]:
-    """``val/reward/mean`` and ``val/samples``, plus ``val/<source>/reward/mean`` per ``data_source`` value."""
-    metrics = {"val/reward/mean": float(scores.mean()), "val/samples": float(len(scores))}
+def validation_metrics(scores: np.ndarray, sources: np.ndarray | None, accuracy: np.ndarray | None = None,
+                       groups: np.ndarray | None = None, k: int = 1) -> dict[str, float]:
+    """``val/reward/mean`` and ``val/samples``, plus ``val/<source>/reward/mean`` per ``data_source`` value.
+
+    With ``k`` responses per prompt (``groups``: one id per prompt) and their ``accuracy``, also
+    ``val/pass@k`` and ``val/<source>/pass@k``: the best accuracy among a prompt's k responses, averaged
+    over prompts (for a 0/1 accuracy, the share of prompts solved at least once in k tries).
+    """
+    selections = {"val": np.ones(len(scores), dtype=bool)}
     if sources is not None:
         for source in sorted({str(value) for value in sources}):
-            chosen = np.array([str(value) == source for value in sources])
-            metrics[f"val/{source}/reward/mean"] = float(scores[chosen].mean())
-            metrics[f"val/{source}/samples"] = float(chosen.sum())
+            selections[f"val/{source}"] = np.array([str(value) == source for value in sources])
+    metrics: dict[str, float] = {}
+    for prefix, chosen in selections.items():
+        metrics[f"{prefix}/reward/mean"] = float(scores[chosen].mean())
+        metrics[f"{prefix}/samples"] = float(chosen.sum())
+        if accuracy is not None and groups is not None and k > 1:
+            metrics[f"{prefix}/pass@{k}"] = _best_per_group_mean(accuracy[chosen], groups[chosen])
     return metrics
+
+
+def _best_per_group_mean(values: np.ndarray, groups: np.ndarray) -> float:
+    best: dict[Any, float] = {}
+    for group, value in zip(groups.tolist(), values.tolist()):
+        best[group] = max(best.get(group, -math.inf), float(value))
+    return float(np.mean(list(best.values())))
 
 
 def mean_over_ranks(per_rank: Any) -> dict[str, float]:

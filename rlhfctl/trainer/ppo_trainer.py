@@ -31,6 +31,7 @@ from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.rollout import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
+from rlhfctl.trainer.sample_metric import named_scores, sample_metric
 from rlhfctl.trainer.samples import SampleLog
 
 __all__ = ["PPOTrainer", "PhaseTimer", "TrainingDiverged", "summarize"]
@@ -105,7 +106,8 @@ class PPOTrainer(TrainerBase):
         step_start = time.perf_counter()
         rollout = self.rollouts.next()  # sent during the last step with trainer.overlap_rollout
         with timer("generate"):
-            batch = rollout.responses()
+            batch = rollout.responses()  # with algorithm.filter_groups: the kept groups, rewarded
+        metrics.update(rollout.metrics())
         with timer("reward_ref_values"):  # reward, reference and values were sent together, behind generation
             batch, pending_ref = rollout.scored(batch, reference_on_driver=self._reference_on_driver())
         if self.effective.needs_old_log_probs:
@@ -184,6 +186,9 @@ class PPOTrainer(TrainerBase):
             gamma=algo.gamma,
             lam=algo.lam,
             norm_by_std=algo.norm_adv_by_std_in_grpo,
+            named_scores=named_scores(batch),
+            reward_keys=list(algo.gdpo_reward_keys),
+            reward_weights=None if algo.gdpo_reward_weights is None else list(algo.gdpo_reward_weights),
         )
         tensors.update(advantages=advantages, returns=returns)
         return batch.union(DataProto.from_dict(tensors=tensors))
@@ -211,21 +216,26 @@ class PPOTrainer(TrainerBase):
         return scores.repeat_interleave(self.cfg.rollout.n)
 
     def validate(self) -> dict[str, float]:
-        """Greedy responses to the held-out prompts, scored by the reward role; per ``data_source`` too.
+        """Responses to the held-out prompts, scored by the reward role; per ``data_source`` too.
 
-        ``meta_info["validate"]`` makes the actor draw from its own validation stream, so turning
-        validation on leaves the training rollouts' random numbers as they were.
+        One greedy response per prompt, or ``rollout.val_n`` sampled ones, which add ``pass@k`` (the best
+        ``acc`` of a prompt's k responses, averaged over prompts). ``meta_info["validate"]`` makes the
+        actor draw from its own validation stream, so turning validation on leaves the training
+        rollouts' random numbers as they were.
         """
-        rows = list(self.val_data)
-        scores, sources = [], []
+        rows, k = list(self.val_data), int(self.cfg.rollout.val_n)
+        scored = []
         for start in range(0, len(rows), self.cfg.trainer.batch_size):
             prompts = to_dataproto(rows[start:start + self.cfg.trainer.batch_size], self.tokenizer)
-            prompts.meta_info.update(do_sample=False, n=1, validate=True)
+            prompts.meta_info.update(do_sample=k > 1, n=k, validate=True)
             responses = self.actor.generate_sequences(prompts)
-            scores.append(self.reward.compute_rewards(responses).batch["token_level_scores"].sum(-1).numpy())
-            sources.append(responses.non_tensor_batch.get("data_source"))
-        known = None if any(column is None for column in sources) else np.concatenate(sources)
-        return validation_metrics(np.concatenate(scores), known)
+            scored.append(responses.union(self.reward.compute_rewards(responses)))
+        batch = DataProto.concat(scored)
+        scores = batch.batch["token_level_scores"].sum(-1).numpy()
+        sources = batch.non_tensor_batch.get("data_source")
+        if k == 1:
+            return validation_metrics(scores, sources)
+        return validation_metrics(scores, sources, accuracy=sample_metric(batch, "acc"), groups=batch.non_tensor_batch["uid"], k=k)
 
     def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
         bad = first_non_finite(metrics, ("reward/mean", "actor/pg_loss", "critic/vf_loss", "actor/grad_norm"))

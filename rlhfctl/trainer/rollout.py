@@ -16,6 +16,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
 from rlhfctl.single_controller.worker_group import GroupMethod
+from rlhfctl.trainer.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 
 __all__ = ["Rollout", "Rollouts", "join"]
@@ -54,6 +55,20 @@ class Rollout:
             return join(batch, [self.reference]), []
         return batch, [self.reference]
 
+    def metrics(self) -> dict[str, float]:
+        """What the rollout itself reports (dynamic sampling's filter counts; none here)."""
+        return {}
+
+
+class _Done:
+    """A batch already on the driver, behind a future's ``get()``."""
+
+    def __init__(self, value: DataProto) -> None:
+        self.value = value
+
+    def get(self) -> DataProto:
+        return self.value
+
 
 class _CallWhenNeeded:
     """A scoring call on a group in the driver process, made at the first ``get()`` with the collected rollout."""
@@ -87,10 +102,11 @@ class Rollouts:
         self.trainer_cfg = cfg.trainer
         self.batcher, self.tokenizer = batcher, tokenizer
         self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
-        self._ahead: Rollout | None = None
+        self.group_filter = GroupFilterSettings.from_recipe(cfg, tokenizer.pad_token_id)
+        self._ahead: Rollout | FilteredRollout | None = None
         self._batcher_state_before_draw: dict[str, Any] = {}
 
-    def next(self) -> Rollout:
+    def next(self) -> Rollout | FilteredRollout:
         """This step's rollout: the one sent ahead during the last step, or one sent now."""
         rollout, self._ahead = self._ahead or self._send(), None
         return rollout
@@ -117,15 +133,29 @@ class Rollouts:
         """The prompt order as of the last completed step, even when the next step's prompts are drawn."""
         return self._batcher_state_before_draw if self._ahead is not None else self.batcher.state_dict()
 
-    def _send(self) -> Rollout:
+    def _send(self) -> Rollout | FilteredRollout:
+        """A step's first draw: generation with every scoring call queued behind it, or, with
+        ``algorithm.filter_groups``, generation and reward only (the rest waits for the kept groups)."""
         self._batcher_state_before_draw = self.batcher.state_dict()
+        if self.group_filter is not None:
+            return FilteredRollout(self.group_filter, self._generation(), self._generation, self._send_scoring)
+        generation = self._generation()
+        values = None if self.critic is None else self._score(self.critic, self.critic.compute_values, generation.generated)
+        reference = (None if self.reference is None
+                     else self._score(self.reference, self.reference.compute_ref_log_prob, generation.generated))
+        return Rollout(generation.prompts, generation.generated, generation.reward, values, reference)
+
+    def _generation(self) -> Generation:
+        """The next batch of prompts sent to the actor, with the reward queued behind generation."""
         prompts = to_dataproto(next(self.batcher), self.tokenizer)
         generated = self.actor.generate_sequences.submit(prompts)
-        reward = self._score(self.reward, self.reward.compute_rewards, generated)
-        values = None if self.critic is None else self._score(self.critic, self.critic.compute_values, generated)
-        reference = (None if self.reference is None
-                     else self._score(self.reference, self.reference.compute_ref_log_prob, generated))
-        return Rollout(prompts, generated, reward, values, reference)
+        return Generation(prompts, generated, self._score(self.reward, self.reward.compute_rewards, generated))
+
+    def _send_scoring(self, prompts: DataProto, batch: DataProto) -> Rollout:
+        """The values and reference log-probs of samples already generated and rewarded (the kept groups)."""
+        values = None if self.critic is None else self.critic.compute_values.submit(batch)
+        reference = None if self.reference is None else self.reference.compute_ref_log_prob.submit(batch)
+        return Rollout(prompts, _Done(batch), None, values, reference)
 
     def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
         """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""

@@ -29,3 +29,15 @@ def test_validation_metrics_per_data_source():
     assert metrics["val/gsm8k/reward/mean"] == pytest.approx(2.5 / 3) and metrics["val/gsm8k/samples"] == 3
     assert metrics["val/math/reward/mean"] == pytest.approx(0.25)
     assert set(validation_metrics(scores, None)) == {"val/reward/mean", "val/samples"}
+
+
+def test_pass_at_k_is_the_best_accuracy_of_each_prompts_k_responses_averaged_over_prompts():
+    # Prompts p0 (gsm8k), p1 (gsm8k), p2 (math), 2 responses each.
+    accuracy = np.array([0.0, 1.0, 0.0, 0.0, 1.0, 1.0])
+    groups = np.array(["p0", "p0", "p1", "p1", "p2", "p2"], dtype=object)
+    sources = np.array(["gsm8k"] * 4 + ["math"] * 2, dtype=object)
+    metrics = validation_metrics(accuracy, sources, accuracy=accuracy, groups=groups, k=2)
+    assert metrics["val/pass@2"] == pytest.approx(2 / 3)  # p0 and p2 solved at least once
+    assert metrics["val/gsm8k/pass@2"] == pytest.approx(0.5) and metrics["val/math/pass@2"] == 1.0
+    assert metrics["val/gsm8k/reward/mean"] == pytest.approx(0.25)
+    assert "val/pass@2" not in validation_metrics(accuracy, sources)

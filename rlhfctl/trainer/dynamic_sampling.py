@@ -1,0 +1,171 @@
+"""DAPO dynamic sampling (``algorithm.filter_groups``): fill a step with groups whose responses differ.
+
+A step's first generation batch is drawn and sent like any rollout. Once it is generated and scored,
+the groups whose samples all have the same metric are dropped (:func:`groups_with_signal`); while fewer
+than ``trainer.batch_size`` groups are kept, another batch of prompts is drawn from the same prompt
+stream and generated, up to ``max_num_gen_batches`` batches. The kept groups, in the order they were
+generated, are cut to ``trainer.batch_size``; only they go on to the values and the reference
+log-probs. Every draw goes through the one batcher, so the prompt order is the run's seed's, and a
+checkpoint's batcher state covers the extra draws: a resumed run is step-exact.
+
+When the batches run out first, ``on_exhausted: train`` trains on the groups kept (``filter/kept_groups``
+says how many; with none kept, on the last batch as it is), and ``on_exhausted: error`` stops the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from rlhfctl.algorithms.group_filter import groups_with_signal, kept_uids_in_order
+from rlhfctl.errors import UserError
+from rlhfctl.protocol import DataProto
+from rlhfctl.trainer.sample_metric import sample_metric
+
+__all__ = ["FilterGroupsExhausted", "FilteredRollout", "Generation", "GroupFilterSettings"]
+
+
+class FilterGroupsExhausted(UserError, RuntimeError):
+    """``algorithm.filter_groups.on_exhausted: error``: the step's generation batches left it short of groups."""
+
+
+@dataclass(frozen=True)
+class GroupFilterSettings:
+    """What the filter reads from the recipe, once."""
+
+    metric: str
+    max_num_gen_batches: int
+    on_exhausted: str
+    groups_per_step: int
+    pad_token_id: int
+
+    @classmethod
+    def from_recipe(cls, cfg: DictConfig, pad_token_id: int) -> GroupFilterSettings | None:
+        """The settings, or None when ``algorithm.filter_groups.enable`` is off."""
+        spec = cfg.algorithm.filter_groups
+        if not spec.enable:
+            return None
+        return cls(str(spec.metric), int(spec.max_num_gen_batches), str(spec.on_exhausted), int(cfg.trainer.batch_size),
+                   int(pad_token_id))
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation batch in flight: its prompts, the generation future and the reward future behind it."""
+
+    prompts: DataProto
+    generated: Any
+    reward: Any
+
+    def scored(self) -> DataProto:
+        """The generated batch with the reward joined (waits for both)."""
+        return self.generated.get().union(self.reward.get())
+
+
+class FilteredRollout:
+    """A step's rollout under dynamic sampling; read like :class:`rlhfctl.trainer.rollout.Rollout`.
+
+    ``responses()`` generates and filters until the step is full, then sends the values and the
+    reference log-probs for the kept samples (``send_scoring``); ``scored()`` joins them as a plain
+    rollout does. ``prompts`` are the kept groups' prompts once ``responses()`` returned.
+    """
+
+    def __init__(self, settings: GroupFilterSettings, first: Generation, draw: Callable[[], Generation],
+                 send_scoring: Callable[[DataProto, DataProto], Any]) -> None:
+        self.settings, self.first, self.draw, self.send_scoring = settings, first, draw, send_scoring
+        self.prompts: DataProto = first.prompts
+        self._metrics: dict[str, float] = {}
+        self._rollout: Any = None
+
+    def responses(self) -> DataProto:
+        """The step's kept samples, scored by the reward (generates more batches as needed)."""
+        batch, self.prompts, self._metrics = self._fill()
+        self._rollout = self.send_scoring(self.prompts, batch)
+        return batch
+
+    def scored(self, batch: DataProto, reference_on_driver: bool) -> tuple[DataProto, list[Any]]:
+        """``batch`` with the values (and the reference, see ``Rollout.scored``) of the kept samples joined."""
+        return self._rollout.scored(batch, reference_on_driver)
+
+    def metrics(self) -> dict[str, float]:
+        """``filter/kept_groups``, ``filter/gen_batches`` and ``filter/dropped_fraction`` of this step."""
+        return dict(self._metrics)
+
+    def _fill(self) -> tuple[DataProto, DataProto, dict[str, float]]:
+        wanted, settings = self.settings.groups_per_step, self.settings
+        batches, prompts, kept, generated_groups, last = [], [], 0, 0, None
+        generation = self.first
+        for number in range(1, settings.max_num_gen_batches + 1):
+            last = (generation.scored(), generation.prompts)
+            batch, batch_prompts = last
+            uids = batch.non_tensor_batch["uid"]
+            keep = groups_with_signal(sample_metric(batch, settings.metric), uids)
+            kept_uids = kept_uids_in_order(uids, keep)[: wanted - kept]
+            generated_groups += len(set(uids.tolist()))
+            batches.append(_rows_of(batch, kept_uids))
+            prompts.append(_rows_of(batch_prompts, kept_uids))
+            kept += len(kept_uids)
+            if kept >= wanted or number == settings.max_num_gen_batches:
+                break
+            generation = self.draw()
+        metrics = {
+            "filter/kept_groups": float(kept),
+            "filter/gen_batches": float(number),
+            "filter/dropped_fraction": 1.0 - kept / max(generated_groups, 1),
+        }
+        if kept < wanted:
+            self._short(kept, number)
+            if kept == 0:
+                return last[0], last[1], metrics  # nothing has signal: the last batch as it is
+        return _concat_prompt_padded(batches, self.settings.pad_token_id), _concat_prompt_padded(prompts, self.settings.pad_token_id), metrics
+
+    def _short(self, kept: int, batches: int) -> None:
+        if self.settings.on_exhausted == "error":
+            raise FilterGroupsExhausted(
+                f"algorithm.filter_groups: after {batches} generation batches (max_num_gen_batches) only {kept} of "
+                f"{self.settings.groups_per_step} groups had responses differing in {self.settings.metric!r}; the "
+                "prompts may be too easy or too hard for the policy. Raise max_num_gen_batches, or set "
+                "algorithm.filter_groups.on_exhausted=train to train on the groups kept"
+            )
+
+
+_LEFT_PADDED = {"prompts": None, "input_ids": None, "attention_mask": 0, "position_ids": 0}
+"""Columns that start with the prompt, left-padded, and what pads them (None: the pad token)."""
+
+
+def _concat_prompt_padded(parts: list[DataProto], pad_token_id: int) -> DataProto:
+    """Join the non-empty parts row-wise, left-padding the prompt columns of narrower parts to the widest.
+
+    Each generation batch is collated to its own longest prompt; padding on the left keeps every
+    response at the same columns, and a padded column is masked, so no number changes.
+    """
+    parts = [part for part in parts if len(part)]
+    width = max(_prompt_width(part) for part in parts)
+    return DataProto.concat([_left_pad(part, width - _prompt_width(part), pad_token_id) for part in parts])
+
+
+def _prompt_width(part: DataProto) -> int:
+    return int((part.batch["prompts"] if "prompts" in part.batch else part.batch["input_ids"]).shape[1])
+
+
+def _left_pad(part: DataProto, extra: int, pad_token_id: int) -> DataProto:
+    if extra == 0:
+        return part
+    tensors = dict(part.batch)
+    for key, fill in _LEFT_PADDED.items():
+        if key in tensors:
+            value = tensors[key]
+            padding = value.new_full((value.shape[0], extra), pad_token_id if fill is None else fill)
+            tensors[key] = torch.cat([padding, value], dim=1)
+    return DataProto(batch=tensors, non_tensor_batch=dict(part.non_tensor_batch), meta_info=dict(part.meta_info))
+
+
+def _rows_of(data: DataProto, uids: list[Any]) -> DataProto:
+    """The rows of ``data`` whose ``uid`` is one of ``uids``, in ``data``'s order."""
+    wanted = set(uids)
+    rows = np.array([uid in wanted for uid in data.non_tensor_batch["uid"].tolist()], dtype=bool)
+    return data[np.flatnonzero(rows)]
