@@ -14,7 +14,10 @@ This is how a recipe gives gdpo (and the DAPO filter) named rewards::
 Each entry is a reward spec, ``"module:function"`` or ``"path/to/file.py:function"`` as
 ``roles.reward.function`` takes, or ``{function: spec, kwargs: {...}}``. Each reward is called once on
 the whole batch, with the data columns its signature accepts plus its ``kwargs``. A reward that
-returns dicts contributes its ``"score"`` as ``r_k`` and its other named scores as ``"<name>/<key>"``.
+returns named scores itself (a dict per sample, or a dict of per-sample lists, as the reward worker
+takes) contributes its ``"score"`` as ``r_k`` and its other named scores as ``"<name>.<key>"``. Names
+follow the reward worker's rule (:func:`rlhfctl.tasks.reward_fn.named_score_problem`): non-empty,
+no ``/``, not ``score``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 from rlhfctl.rewards.batch import check_batch
 from rlhfctl.rewards.errors import RewardSettingError
+from rlhfctl.tasks.reward_fn import named_score_problem
 
 __all__ = ["combined"]
 
@@ -41,8 +45,9 @@ def _load(spec: str) -> Callable[..., Any]:
 
 def _parse_entry(name: Any, entry: Any) -> tuple[str, dict[str, Any]]:
     """One ``rewards`` entry as (function spec, kwargs)."""
-    if not isinstance(name, str) or not name or name == "score":
-        raise RewardSettingError(f"combined: reward name {name!r} must be a non-empty string other than 'score' (the total)")
+    problem = named_score_problem(name)
+    if problem:
+        raise RewardSettingError(f"combined: rewards.{name}: {problem}")
     if isinstance(entry, str):
         return entry, {}
     if isinstance(entry, Mapping) and "function" in entry and set(entry) <= set(_SPEC_KEYS):
@@ -81,19 +86,30 @@ def _accepted(function: Callable[..., Any], columns: Mapping[str, Any]) -> dict[
     return {key: value for key, value in columns.items() if key in named}
 
 
-def _named_scores(result: Any, name: str, count: int) -> list[dict[str, float]]:
-    """A sub-reward's output as one ``{name: r, name/key: v}`` dict per sample."""
+def _per_sample(result: Any, name: str, count: int) -> list[Any]:
+    """A sub-reward's output as one value (a number or a dict of scores) per sample."""
     result = result.tolist() if callable(getattr(result, "tolist", None)) else result
-    if isinstance(result, (str, bytes, Mapping)) or not hasattr(result, "__len__") or len(result) != count:
-        raise ValueError(f"combined: reward {name!r} returned {result!r:.200}; it must return one score per sample ({count})")
+    if isinstance(result, Mapping):  # the column form: name -> one value per sample
+        columns = {key: value.tolist() if callable(getattr(value, "tolist", None)) else value for key, value in result.items()}
+        if all(isinstance(value, (list, tuple)) and len(value) == count for value in columns.values()):
+            return [{key: value[row] for key, value in columns.items()} for row in range(count)]
+    elif not isinstance(result, (str, bytes)) and hasattr(result, "__len__") and len(result) == count:
+        return list(result)
+    raise ValueError(f"combined: reward {name!r} returned {result!r:.200}; it must return one score per sample ({count})")
+
+
+def _named_scores(result: Any, name: str, count: int) -> list[dict[str, float]]:
+    """A sub-reward's output as one ``{name: r, name.key: v}`` dict per sample."""
     rows = []
-    for value in result:
+    for value in _per_sample(result, name, count):
         extra = dict(value) if isinstance(value, Mapping) else {}
         total = extra.pop("score", None) if isinstance(value, Mapping) else value
         try:
-            rows.append({name: float(total), **{f"{name}/{key}": float(item) for key, item in extra.items()}})
+            rows.append({name: float(total), **{f"{name}.{key}": float(item) for key, item in extra.items()}})
         except (TypeError, ValueError):
-            raise ValueError(f"combined: reward {name!r} returned {value!r} for a sample: not a number or a dict with a numeric 'score'") from None
+            raise ValueError(
+                f"combined: reward {name!r} returned {value!r} for a sample: not a number or a dict with a numeric 'score'"
+            ) from None
     return rows
 
 

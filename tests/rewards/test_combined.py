@@ -39,19 +39,25 @@ def test_spec_kwargs_reach_their_reward_only():
 def test_user_functions_get_only_the_columns_they_take_and_dict_results_are_flattened():
     rewards = {"len": "tests.rewards.reward_fns:length", "tag": {"function": "tests.rewards.reward_fns:tagged", "kwargs": {"bonus": 0.25}}}
     rows = combined(PROMPTS, ["ab", "72", ""], rewards=rewards, weights={"len": 0.5}, ground_truth=TRUTHS, extra_info=[{}, {}, {}])
-    # len: 2, 2, 0 (weight 0.5); tag: 0, 1, 0 (weight 1); tag/bonus: 0.25 each
+    # len: 2, 2, 0 (weight 0.5); tag: 0, 1, 0 (weight 1); tag.bonus: 0.25 each
     assert rows == [
-        {"score": 1.0, "len": 2.0, "tag": 0.0, "tag/bonus": 0.25},
-        {"score": 2.0, "len": 2.0, "tag": 1.0, "tag/bonus": 0.25},
-        {"score": 0.0, "len": 0.0, "tag": 0.0, "tag/bonus": 0.25},
+        {"score": 1.0, "len": 2.0, "tag": 0.0, "tag.bonus": 0.25},
+        {"score": 2.0, "len": 2.0, "tag": 1.0, "tag.bonus": 0.25},
+        {"score": 0.0, "len": 0.0, "tag": 0.0, "tag.bonus": 0.25},
     ]
+
+
+def test_a_sub_reward_may_return_the_column_form():
+    rows = combined(["", ""], ["x", "y"], rewards={"col": "tests.rewards.reward_fns:columns"}, weights={"col": 2.0})
+    assert rows == [{"score": 2.0, "col": 1.0, "col.len": 1.0}, {"score": 0.0, "col": 0.0, "col.len": 1.0}]
 
 
 @pytest.mark.parametrize(
     ("rewards", "weights", "message"),
     [
         ({}, None, "must map names"),
-        ({"score": "rlhfctl.rewards:gsm8k"}, None, "other than 'score'"),
+        ({"score": "rlhfctl.rewards:gsm8k"}, None, "'score' is the reward itself"),
+        ({"a/b": "rlhfctl.rewards:gsm8k"}, None, "has a '/'"),
         ({"acc": {"fn": "rlhfctl.rewards:gsm8k"}}, None, "rewards.acc must be"),
         ({"acc": "rlhfctl.rewards:gsm8k"}, {"acc": 1.0, "fmt": 2.0}, "weights for 'fmt'"),
         ({"acc": "rlhfctl.rewards:gsm8k"}, {"acc": "heavy"}, "must be a number"),
