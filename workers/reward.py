@@ -164,21 +164,7 @@ class RewardWorker(RoleWorker):
         prompts = self._texts(data, "prompt_text", "prompts", prompt_mask)
         texts = self._texts(data, "response_text", "responses", response_mask)
         if self.function is not None:
-            columns = {
-                key: values.tolist() for key, values in data.non_tensor_batch.items() if not is_internal_column(key)
-            }
-            result = call_reward_function(
-                self.function,
-                self.function_name,
-                prompts,
-                texts,
-                columns,
-                kwargs=self.function_kwargs,
-                batch_size=self.config["batch_size"],
-                on_error=str(self.config["on_error"]),
-                names=self.score_names,
-            )
-            self.score_names = list(result.named) or self.score_names
+            result = self._function_scores(data, prompts, texts)
         else:
             scores = self._model_scores(self._model_prompts(data, prompts), texts)
             result = RewardScores(scores, [False] * len(texts), {})
@@ -197,6 +183,23 @@ class RewardWorker(RoleWorker):
             },
             meta_info={"reward/errors": int(sum(result.errored))},
         )
+
+    def _function_scores(self, data: DataProto, prompts: list[str], texts: list[str]) -> RewardScores:
+        """The reward function's scores, with the data columns and ``function_kwargs`` as keywords."""
+        columns = {key: values.tolist() for key, values in data.non_tensor_batch.items() if not is_internal_column(key)}
+        result = call_reward_function(
+            self.function,
+            self.function_name,
+            prompts,
+            texts,
+            columns,
+            kwargs=self.function_kwargs,
+            batch_size=self.config["batch_size"],
+            on_error=str(self.config["on_error"]),
+            names=self.score_names,
+        )
+        self.score_names = list(result.named) or self.score_names
+        return result
 
     def _overlong_penalty(self, data: DataProto, response_mask: torch.Tensor, named: Mapping[str, Any]) -> torch.Tensor:
         """DAPO's penalty of each response, its length counted as verl's ``valid_response_length`` counts it: the
