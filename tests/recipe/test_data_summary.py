@@ -100,3 +100,17 @@ def test_a_function_that_does_not_need_ground_truth_takes_rows_without_one(workd
     (workdir / "plain.jsonl").write_text(json.dumps({"prompt": "q"}) + "\n")
     assert _report(workdir, "rewards.py:may_take_truth", train="plain.jsonl").ok
     assert _report(workdir, "tests.recipe.stub_workers:reward_fn", train="plain.jsonl").ok
+
+
+def test_the_example_prompt_of_a_verl_file_is_rendered_with_the_chat_template_under_null(workdir):
+    from tests.recipe.test_example_prompt import save_char_tokenizer, save_config
+
+    model = workdir / "model"
+    save_config(model, save_char_tokenizer(model))
+    recipe = recipe_data(data={"train_files": ["train.parquet"], "max_prompt_length": 120})
+    recipe["roles"]["actor"]["model"] = {"path": str(model)}
+    recipe["roles"]["reward"]["function"] = "rewards.py:needs_truth"
+    report = validate_recipe(load_recipe(write_recipe(workdir, recipe), ["rollout.max_new_tokens=8"]))
+    content = gsm8k_rows(1)[0]["prompt"][0]["content"]
+    assert report.example is not None and report.example.chat_template
+    assert report.example.text == f"user: {content}\nassistant: "
