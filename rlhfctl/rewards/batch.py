@@ -45,5 +45,5 @@ def as_text(value: Any) -> str:
         return value.decode("utf-8", errors="replace")
     try:
         return str(value)
-    except Exception:  # a value whose __str__ raises: score it as empty
+    except Exception:  # noqa: BLE001  (a value whose __str__ raises: score it as empty)
         return ""

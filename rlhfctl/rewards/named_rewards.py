@@ -36,9 +36,10 @@ __all__ = ["combined"]
 _SPEC_KEYS = ("function", "kwargs")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load(spec: str) -> Callable[..., Any]:
-    from workers.reward_functions import load_reward_function  # imported here: it brings in the workers (torch)
+    # Imported here, not at the top: the workers package brings in torch.
+    from workers.reward_functions import load_reward_function
 
     return load_reward_function(spec)
 

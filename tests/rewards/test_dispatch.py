@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rlhfctl.rewards import SOURCE_REWARDS, RewardSettingError, dispatch_by_source, gsm8k, math
+from rlhfctl.rewards import (
+    SOURCE_REWARDS,
+    RewardSettingError,
+    dispatch_by_source,
+    gsm8k,
+    math,
+)
 
 
 def test_the_table_routes_gsm8k_and_the_math_sources():

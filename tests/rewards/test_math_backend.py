@@ -6,8 +6,7 @@ import importlib.metadata
 
 import pytest
 
-from rlhfctl.rewards import RewardSettingError, math, math_backend
-from rlhfctl.rewards import math_answers
+from rlhfctl.rewards import RewardSettingError, math, math_answers, math_backend
 
 
 def test_string_match_is_named_as_such():

@@ -16,7 +16,10 @@ import pytest
 from rlhfctl.rewards import dispatch_by_source, gsm8k, math
 from rlhfctl.rewards.gsm8k_answers import extract_gsm8k_answer
 from rlhfctl.rewards.math_answers import math_verify_available
-from rlhfctl.rewards.math_string_match import UnnormalizableAnswer, normalize_math_answer
+from rlhfctl.rewards.math_string_match import (
+    UnnormalizableAnswer,
+    normalize_math_answer,
+)
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "verl_reward_cases.json").read_text(encoding="utf-8"))
 GSM8K_CASES = FIXTURE["gsm8k"]
