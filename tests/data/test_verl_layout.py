@@ -181,3 +181,16 @@ def test_count_records_reads_metadata_and_lines(tmp_path) -> None:
         writer.writerows([["prompt", "ground_truth"], ["a\nb", "1"], ["c", "2"]])
     assert count_records(tmp_path / "a.csv") == 2
     assert count_records(tmp_path / "missing.parquet") is None
+
+
+# --------------------------------------------------------------------------- the stages' data under null
+def test_stage_data_reads_a_null_apply_chat_template(tokenizer) -> None:
+    from rlhfctl.data.pairs import DemonstrationDataset, PreferenceDataset
+
+    data = recipe_from_dict(recipe_data()).data
+    assert data.apply_chat_template is None
+    pair = PreferenceDataset.from_data_section([{"prompt": "q", "chosen": "a", "rejected": "b"}], tokenizer, data, "p")
+    assert pair[0].prompt_ids == tuple(tokenizer("q", add_special_tokens=False)["input_ids"])  # text as it is
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    demo = DemonstrationDataset.from_data_section([{"messages": chat}], tokenizer, data, "d")
+    assert demo[0].prompt_ids == tuple(tokenizer("<user>q\n<assistant>", add_special_tokens=False)["input_ids"])
