@@ -6,7 +6,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rlhfctl.data.verl_layout import GROUND_TRUTH, ground_truth_key, reward_columns, uses_chat_template
+from rlhfctl.data.verl_layout import (
+    GROUND_TRUTH,
+    ground_truth_key,
+    reward_columns,
+    uses_chat_template,
+)
 
 __all__ = ["DataFileSummary", "summarize_sample"]
 

@@ -12,7 +12,11 @@ import pytest
 
 from rlhfctl.data import DataConfigError, DataFileError, PromptDataset
 from rlhfctl.data.records import count_records
-from rlhfctl.data.verl_layout import ground_truth_key, reward_columns, uses_chat_template
+from rlhfctl.data.verl_layout import (
+    ground_truth_key,
+    reward_columns,
+    uses_chat_template,
+)
 from rlhfctl.models.tokenizer import CharTokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.load import recipe_from_dict

@@ -28,7 +28,7 @@ def gsm8k_rows(count: int = 4, split: str = "train") -> list[dict[str, Any]]:
 def write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
     """The rows as a parquet file (pyarrow infers the struct and list columns)."""
     import pyarrow as pa
-    import pyarrow.parquet as parquet
+    from pyarrow import parquet
 
     parquet.write_table(pa.Table.from_pylist(rows), path)
     return path
