@@ -43,8 +43,10 @@ def validate(
     Checks keys and types, worker classes and their registered methods, pools (against ray.num_cpus /
     ray.num_gpus or this machine), what the algorithm needs, and the batch-size arithmetic (per-rank
     shards with padding, mini-batches, micro-batches and gradient accumulation); then, with the run's
-    own code, the first records of each data file, the reward function's signature against the data's
-    columns, inline model config keys, and that model paths are local, cached or on a reachable hub.
+    own code, the first records of each data file (shown as a table: rows, prompt form, where the
+    ground truth comes from, columns), the reward function's signature against the data's columns
+    (ground_truth from reward_model.ground_truth in verl's layout), inline model config keys, and that
+    model paths are local, cached or on a reachable hub.
     Shows the memory plan: each role's state per rank, then each pool's bytes per process during every
     call of the step (rollout, log-prob passes, updates) and the peak call, against --device-memory (a
     bare number is GiB); a call that does not fit is a warning naming the knobs that help.
