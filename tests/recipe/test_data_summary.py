@@ -114,3 +114,17 @@ def test_the_example_prompt_of_a_verl_file_is_rendered_with_the_chat_template_un
     content = gsm8k_rows(1)[0]["prompt"][0]["content"]
     assert report.example is not None and report.example.chat_template
     assert report.example.text == f"user: {content}\nassistant: "
+
+
+def test_a_verl_file_with_a_tokenizer_without_a_chat_template_is_an_error_naming_file_and_record(workdir):
+    from tests.recipe.test_example_prompt import save_config, save_word_level
+
+    model = workdir / "model"
+    save_config(model, save_word_level(model, list("abcdefghijklmnopqrstuvwxyz ")))
+    recipe = recipe_data(data={"train_files": ["train.parquet"], "max_prompt_length": 120})
+    recipe["roles"]["actor"]["model"] = {"path": str(model)}
+    recipe["roles"]["reward"]["function"] = "rewards.py:needs_truth"
+    report = validate_recipe(load_recipe(write_recipe(workdir, recipe), ["rollout.max_new_tokens=8"]))
+    assert [issue.key_path for issue in report.errors] == ["data.train_files[0]"]
+    assert ("data.train_files[0]: train.parquet: record 1: the prompt is a list of {role, content} messages, rendered "
+            "with the chat template, but the tokenizer has none") in report.errors[0].message
