@@ -22,7 +22,7 @@ from typing import Any
 
 from rlhfctl.tasks.reward_fn import check_reward_inputs
 
-__all__ = ["copy_score", "exact_match_score", "make_prompts", "score"]
+__all__ = ["copy_score", "digits_pass", "exact_match_score", "make_prompts", "score"]
 
 _DIGITS = frozenset("0123456789")
 MIN_DIGITS = 3
@@ -45,6 +45,19 @@ def score(prompts: list[str], responses: list[str], **columns: Any) -> list[floa
     """Fraction of response characters that are ASCII digits (0.0 for an empty response)."""
     check_reward_inputs(prompts, responses, **columns)
     return [sum(char in _DIGITS for char in response) / len(response) if response else 0.0 for response in responses]
+
+
+def digits_pass(prompts: list[str], responses: list[str], threshold: float = 0.3, **columns: Any) -> list[dict[str, float]]:
+    """A verifiable 0/1 reward for DAPO-style recipes: 1 when at least ``threshold`` of the response is digits.
+
+    Per sample it returns named scores: ``score`` and ``acc`` (the 0/1 verdict, what dynamic sampling
+    compares within a group) and ``digit_fraction`` (the quickstart's graded reward, logged beside it).
+    A random policy passes now and then, so groups are mixed at first; as the policy learns, whole
+    groups pass and carry no group-relative signal, which is what ``algorithm.filter_groups`` drops.
+    """
+    fractions = score(prompts, responses, **columns)
+    verdicts = [1.0 if fraction >= threshold else 0.0 for fraction in fractions]
+    return [{"score": verdict, "acc": verdict, "digit_fraction": fraction} for verdict, fraction in zip(verdicts, fractions)]
 
 
 def copy_score(prompts: list[str], responses: list[str], ground_truth: list[Any], **columns: Any) -> list[float]:
