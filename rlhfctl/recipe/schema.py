@@ -226,6 +226,21 @@ class VllmRolloutConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """Agent rollouts: the policy calls tools (or steps an environment) over several turns (docs/agents.md)."""
+
+    enable: bool = _field(False, "roll out multi-turn trajectories with tool calls instead of one completion per prompt")
+    max_turns: int = _field(4, "assistant turns per trajectory at most; a trajectory that reaches it ends, marked truncated", min=1)
+    max_response_tokens: int = _field(256, "tokens of a whole trajectory after the prompt (every turn, tool outputs included); the response is right-padded to it; rollout.max_new_tokens bounds each turn", min=1)
+    max_tool_response_tokens: int = _field(64, "tokens of one tool output the model reads; longer outputs are cut", min=1)
+    tool_timeout_s: float = _field(10.0, "seconds one tool call may take; past it the model reads a timeout message", min_exclusive=0)
+    format: str = _field("hermes", "how tool calls are written and parsed: hermes (<tool_call>{json}</tool_call>) or a registered parser")
+    tools: List[Dict[str, Any]] = _field(doc="the tools, each {class: module:Class, config: {...}}; the class is built with its config", factory=list)
+    environment: Optional[Dict[str, Any]] = _field(None, "an environment instead of tools, {class: module:Class, config: {...}} (reset/step)")
+    agent_loop: Optional[str] = _field(None, "an AgentLoop class, module:Class, for full control (null: the tool-calling loop)")
+
+
+@dataclass
 class RolloutConfig:
     """Sampling of responses."""
 
@@ -240,6 +255,7 @@ class RolloutConfig:
     val_n: int = _field(1, "responses per validation prompt: 1 is greedy; more are sampled like the training rollouts and give val/<data_source>/pass@k", min=1)
     importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
+    multi_turn: MultiTurnConfig = _field(doc="agent rollouts with tools over several turns", factory=MultiTurnConfig)
 
 
 @dataclass
