@@ -6,8 +6,8 @@ A stop signal that reaches the driver while it waits inside Ray used to end the 
 interrupt (exit 130 instead of 143, ``: saving step 2``): it depended on where the driver was when the
 signal came, and a loaded machine (slow worker calls, long waits in ``ray.get``) made it likely. This
 starts ``--load`` busy-loop processes beside the tests, runs the tests ``--runs`` times in a row, prints
-one line per run and the count of passes, and always stops the busy loops it started. The log of a
-failed run is kept under ``--logs``.
+one line per run and the count of passes, and always stops the busy loops it started (SIGTERM too: a
+job started in the background ignores Ctrl-C). The log of a failed run is kept under ``--logs``.
 
 Defaults: ``tests/reliability/test_signals.py`` and ``tests/reliability/test_signal_order.py``.
 """
@@ -15,6 +15,7 @@ Defaults: ``tests/reliability/test_signals.py`` and ``tests/reliability/test_sig
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -60,6 +61,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one pytest run may take")
     parser.add_argument("--logs", type=Path, default=Path("signal_stress_logs"))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # the finally stops the load
     load = start_load(args.load)
     passes, started = 0, time.monotonic()
     try:
