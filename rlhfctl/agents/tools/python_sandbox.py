@@ -1,0 +1,295 @@
+"""The bundled ``python`` tool: run the model's code in a confined child process, without blocking the loop.
+
+Each call starts ``python -I -S -u sandbox_child.py`` (isolated mode: no site-packages, no ``PYTHON*``
+variables, no script directory on ``sys.path``) in its own process group, in a fresh empty temporary
+directory, with a scrubbed environment. The child confines itself (network namespace where the OS
+allows one, resource limits; see :mod:`rlhfctl.agents.tools.sandbox_child`) before the code runs.
+The parent enforces the wall-clock timeout by killing the whole process group, caps the captured
+output, and removes the directory. This is damage limitation for model-written code, not a security
+boundary: docs/security.md says what it does not stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from rlhfctl.agents.tool import Tool, ToolResult
+from rlhfctl.agents.tools import sandbox_child
+
+__all__ = ["PythonSandbox"]
+
+logger = logging.getLogger(__name__)
+
+TRUNCATED = "\n...[truncated]"
+_MIB = 1024 * 1024
+_DRAIN_AFTER_EXIT_S = 1.0
+"""How long output is still read after the process group is killed (a detached grandchild may hold the pipe)."""
+
+
+@dataclass(eq=False)  # identity equality: a run is a live thing, kept in sets
+class _Run:
+    """One live child: its process, its directory, and the output read so far."""
+
+    process: asyncio.subprocess.Process
+    workdir: str
+    output: bytearray = field(default_factory=bytearray)
+    dropped: bool = False
+
+
+class PythonSandbox(Tool):
+    """Runs a Python snippet in a child process and returns its combined stdout and stderr.
+
+    Config: ``timeout_s`` (5), ``cpu_s`` (timeout_s + 1), ``memory_mb`` (512, address space),
+    ``max_processes`` (64, RLIMIT_NPROC, counted per user by the kernel; 0 leaves it unset),
+    ``max_file_mb`` (16), ``max_output_chars`` (2000), ``max_code_chars`` (100000), ``max_concurrent``
+    (16 children at once), ``isolate_network`` (true), ``require_network_isolation`` (false: run
+    without a network namespace where the OS refuses one, reported as ``network_isolated: 0``),
+    ``site_packages`` (false: the child sees the standard library only), ``work_root`` (the temp dir).
+    """
+
+    name: ClassVar[str] = "python"
+    schema: ClassVar[Mapping[str, Any]] = {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": (
+                "Run a Python 3 program and return what it prints (stdout and stderr). Standard library only, "
+                "no network, a few seconds of time; print the values you need."
+            ),
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "The whole program to run."}},
+                "required": ["code"],
+            },
+        },
+    }
+
+    def __init__(self, **config: Any) -> None:
+        super().__init__(**config)
+        self.timeout_s = float(config.get("timeout_s", 5.0))
+        self.max_output_chars = int(config.get("max_output_chars", 2000))
+        self.max_code_chars = int(config.get("max_code_chars", 100_000))
+        self.isolate_network = bool(config.get("isolate_network", True))
+        self.require_network_isolation = bool(config.get("require_network_isolation", False))
+        self.site_packages = bool(config.get("site_packages", False))
+        self.work_root = config.get("work_root")
+        self.limits = {
+            "cpu_s": int(config.get("cpu_s", int(self.timeout_s) + 1)),
+            "memory_bytes": int(config.get("memory_mb", 512)) * _MIB,
+            "file_bytes": int(config.get("max_file_mb", 16)) * _MIB,
+            "max_processes": int(config.get("max_processes", 64)),
+        }
+        self.max_concurrent = int(config.get("max_concurrent", 16))
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
+        self._live: dict[str, set[_Run]] = {}
+        self._warned_network = False
+
+    async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """Run ``arguments["code"]``; the text is its output, or ``error: ...`` with the reason and output."""
+        code = arguments.get("code")
+        if not isinstance(code, str):
+            return ToolResult("error: 'code' must be a string", metrics={"ok": 0.0})
+        if len(code) > self.max_code_chars:
+            return ToolResult(f"error: code is longer than {self.max_code_chars} characters", metrics={"ok": 0.0})
+        async with self._slots_for_this_loop():
+            return await self._run(instance_id, code)
+
+    async def release(self, instance_id: str) -> None:
+        """Kill any child of this trajectory still running and remove its directory."""
+        for run in self._live.pop(instance_id, set()):
+            _kill_group(run.process)
+            _remove_tree(run.workdir)
+
+    def _slots_for_this_loop(self) -> asyncio.Semaphore:
+        """The bound on concurrent children (a semaphore belongs to one event loop, so one per loop)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.max_concurrent))
+        return self._slots[1]
+
+    async def _run(self, instance_id: str, code: str) -> ToolResult:
+        workdir = tempfile.mkdtemp(prefix="rlhfctl-python-", dir=self.work_root)
+        status_read, status_write = os.pipe()
+        run: _Run | None = None
+        try:
+            started = time.monotonic()
+            process = await asyncio.create_subprocess_exec(
+                *self._command(status_write),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=workdir,
+                env=_scrubbed_env(workdir),
+                pass_fds=(status_write,),
+                start_new_session=True,  # its own process group, killed as a whole
+            )
+            os.close(status_write)
+            status_write = -1
+            run = _Run(process, workdir)
+            self._live.setdefault(instance_id, set()).add(run)
+            reader = asyncio.create_task(self._read_output(run))
+            timed_out = not await self._wait(run, code)
+            _kill_group(process)  # the timed-out child, and whatever it left behind in its group
+            await process.wait()
+            await _finish_reading(reader)
+            status = _read_status(status_read)
+            return self._result(run, timed_out, status, time.monotonic() - started)
+        finally:
+            for fd in (status_read, status_write):
+                if fd >= 0:
+                    os.close(fd)
+            if run is not None:
+                _kill_group(run.process)
+                self._forget(instance_id, run)
+            _remove_tree(workdir)
+
+    def _forget(self, instance_id: str, run: _Run) -> None:
+        runs = self._live.get(instance_id)
+        if runs is not None:
+            runs.discard(run)
+            if not runs:
+                del self._live[instance_id]
+
+    def _command(self, status_fd: int) -> list[str]:
+        settings = dict(self.limits, status_fd=status_fd, isolate_network=self.isolate_network,
+                        require_network_isolation=self.require_network_isolation)
+        flags = ["-I", "-u", "-B"] + ([] if self.site_packages else ["-S"])
+        return [sys.executable, *flags, sandbox_child.__file__, json.dumps(settings)]
+
+    async def _wait(self, run: _Run, code: str) -> bool:
+        """Send the code and wait for the child; False when the wall-clock timeout expired first."""
+
+        async def send_and_wait() -> None:
+            assert run.process.stdin is not None
+            try:
+                run.process.stdin.write(code.encode("utf-8", errors="replace"))
+                await run.process.stdin.drain()
+                run.process.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # it exited before reading all of it; its status says why
+            await run.process.wait()
+
+        try:
+            await asyncio.wait_for(send_and_wait(), timeout=self.timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def _read_output(self, run: _Run) -> None:
+        """Read the combined output, keeping a little over what will be shown and draining the rest."""
+        assert run.process.stdout is not None
+        keep = 4 * self.max_output_chars + 16
+        while chunk := await run.process.stdout.read(65536):
+            room = keep - len(run.output)
+            run.output += chunk[:room]
+            run.dropped = run.dropped or len(chunk) > room
+
+    def _result(self, run: _Run, timed_out: bool, status: str, seconds: float) -> ToolResult:
+        isolated = status.startswith("net=1")
+        if self.isolate_network and not isolated:
+            self._warn_network(status)
+        output, truncated = self._shown_output(run)
+        returncode = run.process.returncode
+        if timed_out:
+            head = f"error: timed out after {self.timeout_s:g} s"
+        elif returncode == sandbox_child.ISOLATION_REFUSED and self.require_network_isolation and not isolated:
+            head = f"error: network isolation is required but unavailable here ({status[6:] or 'no status'})"
+        elif returncode and returncode < 0:
+            head = f"error: killed by signal {_signal_name(-returncode)}"
+        elif returncode:
+            head = f"error: exit status {returncode}"
+        else:
+            head = ""
+        if head:
+            text = f"{head}\n{output}" if output else head
+        else:
+            text = output if output else "(no output)"
+        metrics = {
+            "ok": 0.0 if head else 1.0,
+            "timed_out": float(timed_out),
+            "network_isolated": float(isolated),
+            "truncated": float(truncated),
+            "seconds": seconds,
+        }
+        return ToolResult(text, metrics=metrics)
+
+    def _shown_output(self, run: _Run) -> tuple[str, bool]:
+        text = run.output.decode("utf-8", errors="replace")
+        if len(text) > self.max_output_chars or run.dropped:
+            return text[: self.max_output_chars] + TRUNCATED, True
+        return text, False
+
+    def _warn_network(self, status: str) -> None:
+        if not self._warned_network:
+            self._warned_network = True
+            logger.warning(
+                "python tool: no network namespace (%s); code runs with the host network. "
+                "Set require_network_isolation: true to refuse to run without one.", status[6:] or "no status")
+
+
+def _scrubbed_env(workdir: str) -> dict[str, str]:
+    """The child's whole environment: nothing inherited, so no tokens or keys reach the code."""
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the child's process group (it is the group leader); nothing if it is already gone."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _finish_reading(reader: asyncio.Task[None]) -> None:
+    """Let the reader reach end of output; stop it if a process outside the group still holds the pipe."""
+    try:
+        await asyncio.wait_for(asyncio.shield(reader), timeout=_DRAIN_AFTER_EXIT_S)
+    except asyncio.TimeoutError:
+        reader.cancel()
+
+
+def _read_status(fd: int) -> str:
+    """The child's one status line ('' when it died before writing it)."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 4096).decode("utf-8", errors="replace").strip()
+    except BlockingIOError:
+        return ""
+
+
+def _signal_name(number: int) -> str:
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return str(number)
+    reason = {"SIGXCPU": " (CPU time limit)", "SIGKILL": "", "SIGSEGV": " (crashed)"}.get(name, "")
+    return name + reason
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the work directory, first making every directory in it writable again (code may chmod them)."""
+    for root, dirs, _files in os.walk(path):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700)
+            except OSError:
+                pass
+    shutil.rmtree(path, ignore_errors=True)
