@@ -380,6 +380,8 @@ def render_report(console: Console, report: ValidationReport, errors_console: Co
     render_memory(console, report.memory)
     render_data(console, report.data)
     render_example(console, report.example)
+    for note in report.notes:
+        print_line(console, f"note: {note}")
     render_issues(console, report, errors_console)
     warnings = len(report.warnings)
     if report.ok:

@@ -35,6 +35,7 @@ from urllib.parse import urlparse
 from omegaconf import OmegaConf
 
 from rlhfctl.recipe.pools import PoolInfo
+from rlhfctl.recipe.check_reward_names import first_training_record, named_reward_problems
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.stages import is_stage
 
@@ -75,7 +76,7 @@ def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary
     from rlhfctl.data.records import count_records
     from rlhfctl.data.summary import summarize_sample
     from rlhfctl.data.verl_layout import prompt_messages, reward_columns
-    from workers.reward import INTERNAL_COLUMNS
+    from workers.reward import is_internal_column
 
     prompt_key, chat = str(cfg.data.prompt_key), cfg.data.get("apply_chat_template")
     found: dict[str, list[str]] = {}
@@ -97,9 +98,9 @@ def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary
                 continue
             summaries.append(summarize_sample(key, str(name), records, prompt_key, chat, count_records(str(name))))
         if names:
-            found[f"data.{split}"] = [name for name in names if name not in INTERNAL_COLUMNS]
+            found[f"data.{split}"] = [name for name in names if not is_internal_column(name)]
     if not cfg.data.get("train_files") and cfg.data.get("task"):
-        found["data.task"] = _task_columns(cfg, prompt_key, INTERNAL_COLUMNS)
+        found["data.task"] = _task_columns(cfg, prompt_key)
     return found, summaries, issues
 
 
@@ -110,7 +111,7 @@ def _readable(name: str) -> bool:
     return os.path.isfile(path) and os.path.splitext(path)[1].lower() in SUPPORTED_EXTENSIONS
 
 
-def _task_columns(cfg: Any, prompt_key: str, internal: frozenset[str]) -> list[str]:
+def _task_columns(cfg: Any, prompt_key: str) -> list[str]:
     from rlhfctl.tasks import UnknownTaskError, get_task
 
     try:
@@ -119,8 +120,10 @@ def _task_columns(cfg: Any, prompt_key: str, internal: frozenset[str]) -> list[s
         return []  # check_data reports it
     from rlhfctl.data.verl_layout import reward_columns
 
+    from workers.reward import is_internal_column
+
     names = dict.fromkeys(str(column) for record in records for column in reward_columns(record, prompt_key))
-    return [name for name in names if name not in internal]
+    return [name for name in names if not is_internal_column(name)]
 
 
 # ---------------------------------------------------------------------------------- reward function
@@ -140,12 +143,13 @@ def _check_reward(cfg: Any, columns: dict[str, list[str]], summaries: list[DataF
     missing = _ground_truth_problems(function, summaries)
     if missing:
         return missing
+    kwargs = dict(reward.get("function_kwargs") or {})
     for source, names in columns.items():
-        problem = reward_call_problem(function, names)
+        problem = reward_call_problem(function, names, kwargs=kwargs)
         if problem:
             sample = f"the first {SAMPLE_RECORDS} records of {source}" if source != "data.task" else source
             return [error(key, f"{key}: {problem}; columns read from {sample}")]
-    return []
+    return named_reward_problems(cfg, function, first_training_record(cfg), str(cfg.data.prompt_key))
 
 
 def _ground_truth_problems(function: Any, summaries: list[DataFileSummary]) -> list[Issue]:

@@ -27,6 +27,7 @@ from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.preflight import preflight
 from rlhfctl.recipe.resolve import present_roles
+from rlhfctl.recipe.check_reward_names import reward_notes
 from rlhfctl.recipe.stages import is_stage, stage_roles
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class ValidationReport:
     """The first training prompt as the actor's tokenizer renders and encodes it (when both are on disk)."""
     data: list[DataFileSummary] = field(default_factory=list)
     """What preflight read of each data file (rows, columns, prompt form, ground truth), in recipe order."""
+    notes: list[str] = field(default_factory=list)
+    """Facts worth a line that are neither errors nor warnings (the math reward's answer checker)."""
 
     @property
     def errors(self) -> list[Issue]:
@@ -72,7 +75,7 @@ class ValidationReport:
             raise RecipeError(first.message + suffix, key_path=first.key_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example, data."""
+        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example, data, notes."""
         return {
             "ok": self.ok,
             "errors": [asdict(issue) for issue in self.errors],
@@ -82,6 +85,7 @@ class ValidationReport:
             "memory": None if self.memory is None else self.memory.to_dict(),
             "example": None if self.example is None else self.example.to_dict(),
             "data": [summary.to_dict() for summary in self.data],
+            "notes": list(self.notes),
         }
 
 
@@ -126,6 +130,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += memory_issues(report.memory)
     preflight_issues, report.data = preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, machine
     report.issues += preflight_issues
+    report.notes += reward_notes(cfg)
     report.example, example_issues = example_prompt(cfg)
     report.issues += example_issues
     return report
