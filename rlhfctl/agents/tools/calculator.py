@@ -11,7 +11,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
-from typing import Any, Callable, ClassVar, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from rlhfctl.agents.tool import Tool, ToolResult
 

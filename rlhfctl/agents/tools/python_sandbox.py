@@ -17,11 +17,12 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from rlhfctl.agents.tool import Tool, ToolResult
 from rlhfctl.agents.tools import sandbox_child
@@ -36,14 +37,47 @@ _DRAIN_AFTER_EXIT_S = 1.0
 """How long output is still read after the process group is killed (a detached grandchild may hold the pipe)."""
 
 
-@dataclass(eq=False)  # identity equality: a run is a live thing, kept in sets
-class _Run:
-    """One live child: its process, its directory, and the output read so far."""
+class _Child(asyncio.SubprocessProtocol):
+    """One live child: its exit and the end of its output as futures, and the output read so far.
 
-    process: asyncio.subprocess.Process
-    workdir: str
-    output: bytearray = field(default_factory=bytearray)
-    dropped: bool = False
+    asyncio's ``Process.wait()`` also waits for the pipes to close, which a grandchild left running
+    would hold open; this protocol reports the exit itself, so the timeout and the cleanup do not wait.
+    """
+
+    def __init__(self, workdir: str, keep_bytes: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.workdir = workdir
+        self.keep_bytes = keep_bytes
+        self.output = bytearray()
+        self.dropped = False
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.SubprocessTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.SubprocessTransport)
+        self.transport = transport
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        room = self.keep_bytes - len(self.output)
+        self.output += data[: max(room, 0)]
+        self.dropped = self.dropped or len(data) > room
+
+    def process_exited(self) -> None:
+        _settle(self.exited)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _settle(self.exited)
+        _settle(self.closed)
+
+    def kill_group(self) -> None:
+        """SIGKILL the child's process group (it is the group leader); nothing if it is already gone."""
+        if self.transport is None or self.transport.get_pid() is None:
+            return
+        try:
+            os.killpg(self.transport.get_pid(), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class PythonSandbox(Tool):
@@ -91,7 +125,7 @@ class PythonSandbox(Tool):
         }
         self.max_concurrent = int(config.get("max_concurrent", 16))
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
-        self._live: dict[str, set[_Run]] = {}
+        self._live: dict[str, set[_Child]] = {}
         self._warned_network = False
 
     async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
@@ -106,9 +140,9 @@ class PythonSandbox(Tool):
 
     async def release(self, instance_id: str) -> None:
         """Kill any child of this trajectory still running and remove its directory."""
-        for run in self._live.pop(instance_id, set()):
-            _kill_group(run.process)
-            _remove_tree(run.workdir)
+        for child in self._live.pop(instance_id, set()):
+            child.kill_group()
+            _remove_tree(child.workdir)
 
     def _slots_for_this_loop(self) -> asyncio.Semaphore:
         """The bound on concurrent children (a semaphore belongs to one event loop, so one per loop)."""
@@ -120,14 +154,16 @@ class PythonSandbox(Tool):
     async def _run(self, instance_id: str, code: str) -> ToolResult:
         workdir = tempfile.mkdtemp(prefix="rlhfctl-python-", dir=self.work_root)
         status_read, status_write = os.pipe()
-        run: _Run | None = None
+        child = _Child(workdir, keep_bytes=4 * self.max_output_chars + 16)
+        self._live.setdefault(instance_id, set()).add(child)
         try:
             started = time.monotonic()
-            process = await asyncio.create_subprocess_exec(
+            await asyncio.get_running_loop().subprocess_exec(
+                lambda: child,
                 *self._command(status_write),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
                 cwd=workdir,
                 env=_scrubbed_env(workdir),
                 pass_fds=(status_write,),
@@ -135,28 +171,25 @@ class PythonSandbox(Tool):
             )
             os.close(status_write)
             status_write = -1
-            run = _Run(process, workdir)
-            self._live.setdefault(instance_id, set()).add(run)
-            reader = asyncio.create_task(self._read_output(run))
-            timed_out = not await self._wait(run, code)
-            _kill_group(process)  # the timed-out child, and whatever it left behind in its group
-            await process.wait()
-            await _finish_reading(reader)
-            status = _read_status(status_read)
-            return self._result(run, timed_out, status, time.monotonic() - started)
+            timed_out = not await self._send_and_wait(child, code)
+            child.kill_group()  # the timed-out child, and whatever it left behind in its group
+            await child.exited
+            await _wait_briefly(child.closed, _DRAIN_AFTER_EXIT_S)
+            return self._result(child, timed_out, _read_status(status_read), time.monotonic() - started)
         finally:
             for fd in (status_read, status_write):
                 if fd >= 0:
                     os.close(fd)
-            if run is not None:
-                _kill_group(run.process)
-                self._forget(instance_id, run)
+            child.kill_group()
+            if child.transport is not None:
+                child.transport.close()
+            self._forget(instance_id, child)
             _remove_tree(workdir)
 
-    def _forget(self, instance_id: str, run: _Run) -> None:
+    def _forget(self, instance_id: str, child: _Child) -> None:
         runs = self._live.get(instance_id)
         if runs is not None:
-            runs.discard(run)
+            runs.discard(child)
             if not runs:
                 del self._live[instance_id]
 
@@ -166,40 +199,22 @@ class PythonSandbox(Tool):
         flags = ["-I", "-u", "-B"] + ([] if self.site_packages else ["-S"])
         return [sys.executable, *flags, sandbox_child.__file__, json.dumps(settings)]
 
-    async def _wait(self, run: _Run, code: str) -> bool:
-        """Send the code and wait for the child; False when the wall-clock timeout expired first."""
+    async def _send_and_wait(self, child: _Child, code: str) -> bool:
+        """Send the code and wait for the child to exit; False when the wall-clock timeout expired first."""
+        assert child.transport is not None
+        stdin = child.transport.get_pipe_transport(0)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        stdin.write(code.encode("utf-8", errors="replace"))
+        stdin.close()  # after the buffered code is written; a child that exits first just drops it
+        return await _wait_briefly(child.exited, self.timeout_s)
 
-        async def send_and_wait() -> None:
-            assert run.process.stdin is not None
-            try:
-                run.process.stdin.write(code.encode("utf-8", errors="replace"))
-                await run.process.stdin.drain()
-                run.process.stdin.close()
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # it exited before reading all of it; its status says why
-            await run.process.wait()
-
-        try:
-            await asyncio.wait_for(send_and_wait(), timeout=self.timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        return True
-
-    async def _read_output(self, run: _Run) -> None:
-        """Read the combined output, keeping a little over what will be shown and draining the rest."""
-        assert run.process.stdout is not None
-        keep = 4 * self.max_output_chars + 16
-        while chunk := await run.process.stdout.read(65536):
-            room = keep - len(run.output)
-            run.output += chunk[:room]
-            run.dropped = run.dropped or len(chunk) > room
-
-    def _result(self, run: _Run, timed_out: bool, status: str, seconds: float) -> ToolResult:
+    def _result(self, run: _Child, timed_out: bool, status: str, seconds: float) -> ToolResult:
         isolated = status.startswith("net=1")
         if self.isolate_network and not isolated:
             self._warn_network(status)
         output, truncated = self._shown_output(run)
-        returncode = run.process.returncode
+        assert run.transport is not None
+        returncode = run.transport.get_returncode()
         if timed_out:
             head = f"error: timed out after {self.timeout_s:g} s"
         elif returncode == sandbox_child.ISOLATION_REFUSED and self.require_network_isolation and not isolated:
@@ -223,7 +238,7 @@ class PythonSandbox(Tool):
         }
         return ToolResult(text, metrics=metrics)
 
-    def _shown_output(self, run: _Run) -> tuple[str, bool]:
+    def _shown_output(self, run: _Child) -> tuple[str, bool]:
         text = run.output.decode("utf-8", errors="replace")
         if len(text) > self.max_output_chars or run.dropped:
             return text[: self.max_output_chars] + TRUNCATED, True
@@ -250,20 +265,18 @@ def _scrubbed_env(workdir: str) -> dict[str, str]:
     }
 
 
-def _kill_group(process: asyncio.subprocess.Process) -> None:
-    """SIGKILL the child's process group (it is the group leader); nothing if it is already gone."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
-async def _finish_reading(reader: asyncio.Task[None]) -> None:
-    """Let the reader reach end of output; stop it if a process outside the group still holds the pipe."""
+async def _wait_briefly(future: asyncio.Future[None], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``future``; True when it completed in time."""
     try:
-        await asyncio.wait_for(asyncio.shield(reader), timeout=_DRAIN_AFTER_EXIT_S)
+        await asyncio.wait_for(asyncio.shield(future), timeout=timeout_s)
     except asyncio.TimeoutError:
-        reader.cancel()
+        return False
+    return True
 
 
 def _read_status(fd: int) -> str:
