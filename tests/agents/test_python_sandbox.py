@@ -1,0 +1,286 @@
+"""rlhfctl.agents.tools.PythonSandbox: real child processes, confined by timeout, rlimits, env, cwd and network."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rlhfctl.agents.tool import ToolResult
+from rlhfctl.agents.tools import PythonSandbox, python_sandbox, sandbox_child
+
+
+def run(code: str, tool: PythonSandbox | None = None, **config: object) -> ToolResult:
+    tool = tool or PythonSandbox(**config)
+    return asyncio.run(tool.execute("t", {"code": textwrap.dedent(code)}))
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (it does not exist, or is a zombie nobody has reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def wait_until_gone(pid: int, within_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while not gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def listening_port():
+    """A TCP port on 127.0.0.1 that accepts connections, opened by the test process."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    yield server.getsockname()[1]
+    server.close()
+
+
+CONNECT = """
+    import socket
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+        print("connected")
+    except OSError as error:
+        print("refused:", error)
+"""
+
+
+@pytest.fixture
+def threaded_child(monkeypatch, tmp_path):
+    """Start the child behind a wrapper that starts a thread first, so the kernel refuses unshare (EINVAL).
+
+    This is the path of an OS without unprivileged user namespaces, produced for real on this one.
+    """
+    wrapper = tmp_path / "threaded.py"
+    wrapper.write_text(
+        "import runpy, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "sys.argv = sys.argv[1:]\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    command = PythonSandbox._command
+
+    def wrapped(self: PythonSandbox, status_fd: int) -> list[str]:
+        *interpreter, child, settings = command(self, status_fd)
+        return [*interpreter, str(wrapper), child, settings]
+
+    monkeypatch.setattr(PythonSandbox, "_command", wrapped)
+
+
+def namespaces_available() -> bool:
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def test_prints_output() -> None:
+    result = run("print(6 * 7)\nimport sys; print('to stderr', file=sys.stderr)")
+    assert result.text == "42\nto stderr\n"
+    assert result.metrics["ok"] == 1.0
+    assert result.metrics["timed_out"] == 0.0
+
+
+def test_no_output_is_said_so() -> None:
+    assert run("x = 1").text == "(no output)"
+
+
+def test_an_exception_is_exit_status_1_with_the_traceback() -> None:
+    result = run("print('before')\nraise ValueError('boom')")
+    assert result.text.startswith("error: exit status 1\nbefore\n")
+    assert 'File "<code>", line 2' in result.text
+    assert result.text.rstrip().endswith("ValueError: boom")
+    assert "sandbox_child" not in result.text
+    assert result.metrics["ok"] == 0.0
+
+
+def test_syntax_error_and_sys_exit_are_reported() -> None:
+    assert "SyntaxError" in run("def f(:").text
+    assert run("import sys; sys.exit(3)").text == "error: exit status 3"
+
+
+def test_non_string_code_is_an_error_not_an_exception() -> None:
+    tool = PythonSandbox()
+    result = asyncio.run(tool.execute("t", {"code": 12}))
+    assert result.text == "error: 'code' must be a string"
+
+
+def test_timeout_kills_a_busy_loop() -> None:
+    started = time.monotonic()
+    result = run("print('started', flush=True)\nwhile True: pass", timeout_s=1)
+    assert time.monotonic() - started < 3.0
+    assert result.text == "error: timed out after 1 s\nstarted\n"
+    assert result.metrics["timed_out"] == 1.0
+
+
+def test_timeout_kills_the_whole_process_group() -> None:
+    code = """
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        print(pid, flush=True)
+        while True:
+            pass
+    """
+    result = run(code, timeout_s=1)
+    assert result.text.startswith("error: timed out after 1 s\n")
+    sleeper = int(result.text.splitlines()[1])
+    assert wait_until_gone(sleeper), f"the forked sleeper {sleeper} outlived the timeout"
+
+
+def test_leftover_children_are_killed_when_the_code_exits() -> None:
+    result = run("import subprocess; print(subprocess.Popen(['sleep', '60']).pid)", timeout_s=3)
+    assert result.metrics["ok"] == 1.0
+    assert wait_until_gone(int(result.text))
+
+
+def test_cpu_limit_stops_a_busy_loop_before_the_wall_clock_timeout() -> None:
+    result = run("while True: pass", timeout_s=10, cpu_s=1)
+    assert result.text == "error: killed by signal SIGXCPU (CPU time limit)"
+    assert result.metrics["timed_out"] == 0.0
+
+
+def test_memory_limit_stops_a_big_allocation() -> None:
+    result = run("x = bytearray(1024 ** 3)\nprint('allocated')", memory_mb=256)
+    assert result.text.startswith("error: exit status 1")
+    assert "MemoryError" in result.text
+    assert "allocated" not in result.text
+    assert run("x = bytearray(64 * 1024 ** 2)\nprint('allocated')", memory_mb=256).text == "allocated\n"
+
+
+def test_file_size_limit_stops_a_big_write() -> None:
+    result = run("open('big', 'wb').write(b'x' * 2 * 1024 ** 2)", max_file_mb=1)
+    assert "File too large" in result.text
+
+
+def test_environment_is_scrubbed(monkeypatch) -> None:
+    monkeypatch.setenv("RLHFCTL_TEST_SECRET", "s3cret-value")
+    result = run("import os; print(sorted(os.environ)); print(os.environ.get('RLHFCTL_TEST_SECRET'))")
+    assert "s3cret" not in result.text
+    assert "RLHFCTL_TEST_SECRET" not in result.text
+    names = ast.literal_eval(result.text.splitlines()[0])
+    assert set(names) <= {"PATH", "LANG", "HOME", "TMPDIR", "PYTHONNOUSERSITE", "PYTHONDONTWRITEBYTECODE",
+                          "PYTHONUNBUFFERED"}
+
+
+def test_child_sees_the_standard_library_only() -> None:
+    assert "ModuleNotFoundError: No module named 'rlhfctl'" in run("import rlhfctl").text
+
+
+def test_cwd_is_an_empty_temp_dir_removed_afterwards(tmp_path) -> None:
+    code = """
+        import os
+        print(os.getcwd())
+        print(os.listdir("."))
+        os.makedirs("sub/locked")
+        open("sub/locked/file", "w").write("data")
+        os.chmod("sub/locked", 0)
+        os.chmod("sub", 0)
+    """
+    result = run(code, work_root=str(tmp_path))
+    assert result.metrics["ok"] == 1.0, result.text
+    cwd, listing = result.text.splitlines()
+    assert Path(cwd).parent == tmp_path
+    assert listing == "[]"
+    assert not Path(cwd).exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_network_namespace_blocks_loopback(listening_port) -> None:
+    result = run(CONNECT.format(port=listening_port))
+    if not namespaces_available():
+        assert result.metrics["network_isolated"] == 0.0
+        pytest.skip("this OS refuses unprivileged network namespaces (the metrics say so)")
+    assert result.metrics["network_isolated"] == 1.0
+    assert result.text.startswith("refused:"), result.text
+
+
+def test_without_isolation_the_metrics_say_so(listening_port) -> None:
+    result = run(CONNECT.format(port=listening_port), isolate_network=False)
+    assert result.metrics["network_isolated"] == 0.0
+    assert result.text == "connected\n"
+
+
+def test_an_os_that_refuses_the_namespace_still_runs_the_code(threaded_child, listening_port, caplog) -> None:
+    with caplog.at_level("WARNING", logger=python_sandbox.__name__):
+        result = run(CONNECT.format(port=listening_port))
+    assert result.metrics["network_isolated"] == 0.0
+    assert result.metrics["ok"] == 1.0
+    assert result.text == "connected\n"
+    assert "no network namespace (unshare failed" in caplog.text
+
+
+def test_required_isolation_refuses_to_run_where_the_os_refuses(threaded_child) -> None:
+    result = run("print('ran')", require_network_isolation=True)
+    assert result.text.startswith("error: network isolation is required but unavailable here (unshare failed")
+    assert "ran" not in result.text
+    assert result.metrics["ok"] == 0.0
+
+
+def test_output_is_truncated_with_a_marker() -> None:
+    result = run("print('x' * 100_000)", max_output_chars=100)
+    assert result.text == "x" * 100 + python_sandbox.TRUNCATED
+    assert result.metrics["truncated"] == 1.0
+
+
+def test_concurrent_calls_overlap() -> None:
+    tool = PythonSandbox()
+
+    async def eight() -> list[ToolResult]:
+        calls = [tool.execute(f"t{i}", {"code": f"import time; time.sleep(0.5); print({i})"}) for i in range(8)]
+        return await asyncio.gather(*calls)
+
+    started = time.monotonic()
+    results = asyncio.run(eight())
+    assert time.monotonic() - started < 3.0  # one after another: over 4 s
+    assert [result.text for result in results] == [f"{i}\n" for i in range(8)]
+
+
+def test_release_kills_a_running_call_and_removes_its_dir(tmp_path) -> None:
+    tool = PythonSandbox(timeout_s=30, work_root=str(tmp_path))
+
+    async def release_midway() -> ToolResult:
+        call = asyncio.create_task(tool.execute("t", {"code": "print('up', flush=True)\nimport time; time.sleep(30)"}))
+        while not tool._live.get("t"):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        await tool.release("t")
+        return await asyncio.wait_for(call, timeout=5)
+
+    started = time.monotonic()
+    result = asyncio.run(release_midway())
+    assert time.monotonic() - started < 5.0
+    assert result.text.startswith("error: killed by signal SIGKILL")
+    assert list(tmp_path.iterdir()) == []
+    assert tool._live == {}
+
+
+def test_the_child_reports_why_unshare_failed() -> None:
+    """The refusal branch of the child itself: a threaded process cannot enter a new user namespace."""
+    code = (
+        "import sys, threading, time; sys.path.insert(0, sys.argv[1]); import sandbox_child\n"
+        "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
+        "print(sandbox_child.enter_network_namespace())\n"
+    )
+    folder = os.path.dirname(sandbox_child.__file__)
+    out = subprocess.run([sys.executable, "-I", "-c", code, folder], capture_output=True, text=True, timeout=10, check=False)
+    assert out.stdout.startswith("unshare failed:"), out.stdout + out.stderr
