@@ -116,3 +116,8 @@ def test_schema_names_the_tool_and_requires_expression() -> None:
     assert Calculator.name == function["name"] == "calculator"
     assert function["parameters"]["required"] == ["expression"]
     assert function["parameters"]["properties"]["expression"]["type"] == "string"
+
+
+def test_an_unknown_config_key_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(TypeError, match=r"unknown config keys \['max_exp'\].*max_exponent"):
+        Calculator(max_exp=3)

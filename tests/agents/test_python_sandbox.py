@@ -284,3 +284,8 @@ def test_the_child_reports_why_unshare_failed() -> None:
     folder = os.path.dirname(sandbox_child.__file__)
     out = subprocess.run([sys.executable, "-I", "-c", code, folder], capture_output=True, text=True, timeout=10, check=False)
     assert out.stdout.startswith("unshare failed:"), out.stdout + out.stderr
+
+
+def test_an_unknown_config_key_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(TypeError, match=r"unknown config keys \['timeout'\].*timeout_s"):
+        PythonSandbox(timeout=3)

@@ -46,7 +46,7 @@ class CalculatorError(ValueError):
     """An expression the calculator refuses or cannot compute; the message says what was wrong."""
 
 
-def evaluate(expression: str, *, max_exponent: int = 100, max_abs: float = 1e100) -> Number:
+def evaluate(expression: str, *, max_exponent: int, max_abs: float) -> Number:
     """The value of an arithmetic ``expression``; raises :class:`CalculatorError` for anything else."""
     for sign, ascii_sign in _SPELLINGS.items():
         expression = expression.replace(sign, ascii_sign)
@@ -136,8 +136,9 @@ def _rejection(node: ast.AST) -> str:
 class Calculator(Tool):
     """Evaluates one arithmetic expression; bad input comes back as ``error: ...`` text, never an exception.
 
-    Config: ``max_exponent`` (default 100), the largest ``|exponent|`` of a power; ``max_abs``
-    (default 1e100), the largest absolute value of any intermediate result.
+    Config (defaults in :attr:`defaults`): ``max_exponent``, the largest ``|exponent|`` of a power;
+    ``max_abs``, the largest absolute value of any intermediate result; ``max_length``, the longest
+    expression in characters.
     """
 
     name: ClassVar[str] = "calculator"
@@ -156,11 +157,17 @@ class Calculator(Tool):
         },
     }
 
+    defaults: ClassVar[Mapping[str, Any]] = {"max_exponent": 100, "max_abs": 1e100, "max_length": 1000}
+
     def __init__(self, **config: Any) -> None:
+        unknown = sorted(set(config) - set(self.defaults))
+        if unknown:
+            raise TypeError(f"calculator tool: unknown config keys {unknown}; the known keys are {sorted(self.defaults)}")
         super().__init__(**config)
-        self.max_exponent = int(config.get("max_exponent", 100))
-        self.max_abs = float(config.get("max_abs", 1e100))
-        self.max_length = int(config.get("max_length", 1000))
+        settings = {**self.defaults, **config}
+        self.max_exponent = int(settings["max_exponent"])
+        self.max_abs = float(settings["max_abs"])
+        self.max_length = int(settings["max_length"])
 
     async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
         """The expression's value as text, or ``error: <what was wrong>``."""

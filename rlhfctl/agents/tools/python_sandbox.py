@@ -83,12 +83,13 @@ class _Child(asyncio.SubprocessProtocol):
 class PythonSandbox(Tool):
     """Runs a Python snippet in a child process and returns its combined stdout and stderr.
 
-    Config: ``timeout_s`` (5), ``cpu_s`` (timeout_s + 1), ``memory_mb`` (512, address space),
-    ``max_processes`` (64, RLIMIT_NPROC, counted per user by the kernel; 0 leaves it unset),
-    ``max_file_mb`` (16), ``max_output_chars`` (2000), ``max_code_chars`` (100000), ``max_concurrent``
-    (16 children at once), ``isolate_network`` (true), ``require_network_isolation`` (false: run
-    without a network namespace where the OS refuses one, reported as ``network_isolated: 0``),
-    ``site_packages`` (false: the child sees the standard library only), ``work_root`` (the temp dir).
+    Config (defaults in :attr:`defaults`): ``timeout_s`` wall clock; ``cpu_s`` CPU seconds;
+    ``memory_mb`` address space; ``max_processes`` RLIMIT_NPROC (0 leaves it unset); ``max_file_mb``
+    largest file written; ``max_output_chars`` text shown; ``max_code_chars`` longest program;
+    ``max_concurrent`` children at once; ``isolate_network`` try a network namespace;
+    ``require_network_isolation`` refuse to run where the OS denies one (else run, reported as
+    ``network_isolated: 0``); ``site_packages`` let the child import installed packages;
+    ``work_root`` where the temporary directories go.
     """
 
     name: ClassVar[str] = "python"
@@ -108,22 +109,42 @@ class PythonSandbox(Tool):
         },
     }
 
+    defaults: ClassVar[Mapping[str, Any]] = {
+        "timeout_s": 5.0,
+        "cpu_s": None,  # timeout_s + 1
+        "memory_mb": 512,
+        "max_processes": 64,
+        "max_file_mb": 16,
+        "max_output_chars": 2000,
+        "max_code_chars": 100_000,
+        "max_concurrent": 16,
+        "isolate_network": True,
+        "require_network_isolation": False,
+        "site_packages": False,
+        "work_root": None,
+    }
+
     def __init__(self, **config: Any) -> None:
+        unknown = sorted(set(config) - set(self.defaults))
+        if unknown:
+            raise TypeError(f"python tool: unknown config keys {unknown}; the known keys are {sorted(self.defaults)}")
         super().__init__(**config)
-        self.timeout_s = float(config.get("timeout_s", 5.0))
-        self.max_output_chars = int(config.get("max_output_chars", 2000))
-        self.max_code_chars = int(config.get("max_code_chars", 100_000))
-        self.isolate_network = bool(config.get("isolate_network", True))
-        self.require_network_isolation = bool(config.get("require_network_isolation", False))
-        self.site_packages = bool(config.get("site_packages", False))
-        self.work_root = config.get("work_root")
+        settings = {**self.defaults, **config}
+        self.timeout_s = float(settings["timeout_s"])
+        self.max_output_chars = int(settings["max_output_chars"])
+        self.max_code_chars = int(settings["max_code_chars"])
+        self.max_concurrent = int(settings["max_concurrent"])
+        self.isolate_network = bool(settings["isolate_network"])
+        self.require_network_isolation = bool(settings["require_network_isolation"])
+        self.site_packages = bool(settings["site_packages"])
+        self.work_root = settings["work_root"]
+        cpu_s = settings["cpu_s"]
         self.limits = {
-            "cpu_s": int(config.get("cpu_s", int(self.timeout_s) + 1)),
-            "memory_bytes": int(config.get("memory_mb", 512)) * _MIB,
-            "file_bytes": int(config.get("max_file_mb", 16)) * _MIB,
-            "max_processes": int(config.get("max_processes", 64)),
+            "cpu_s": int(cpu_s) if cpu_s is not None else int(self.timeout_s) + 1,
+            "memory_bytes": int(settings["memory_mb"]) * _MIB,
+            "file_bytes": int(settings["max_file_mb"]) * _MIB,
+            "max_processes": int(settings["max_processes"]),
         }
-        self.max_concurrent = int(config.get("max_concurrent", 16))
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._live: dict[str, set[_Child]] = {}
         self._warned_network = False
