@@ -113,16 +113,29 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
 def _epoch_row(cfg: Any, prompts_per_step: int) -> EpochRow | None:
     """Steps per epoch and the prompts the partial last batch leaves out; None when the data cannot be read
     (check_data reports why) or there is less than one batch of it."""
+    prompts = _training_prompts(cfg)
+    if not prompts or prompts < prompts_per_step:
+        return None
+    steps, dropped = divmod(prompts, prompts_per_step)
+    return EpochRow(prompts, steps, dropped, bool(cfg.data.shuffle))
+
+
+def _training_prompts(cfg: Any) -> int | None:
+    """The training records: counted from the files' metadata or lines where that works (large verl
+    parquets stay fast), else read; None when the data cannot be read."""
+    from rlhfctl.data.records import count_records
     from rlhfctl.trainer.prompt_source import source_records
 
+    files = cfg.data.get("train_files")
+    if files:
+        counts = [count_records(str(name)) for name in ([files] if isinstance(files, str) else files)]
+        if all(count is not None for count in counts):
+            return sum(counts)
     try:
         records = source_records(cfg, "train")
     except ValueError:  # DataFileError, UnknownTaskError: reported by check_data
         return None
-    if not records or len(records) < prompts_per_step:
-        return None
-    steps, dropped = divmod(len(records), prompts_per_step)
-    return EpochRow(len(records), steps, dropped, bool(cfg.data.shuffle))
+    return None if records is None else len(records)
 
 
 def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:
