@@ -19,6 +19,8 @@ from workers.lora import adapter_disabled, apply_lora, is_lora
 from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
 from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config
+from rlhfctl.agents.trajectory import response_width
+from workers.sampling.agent_rollout import AgentRollout, agent_rollout_enabled, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
 from workers.seeding import derive_seed, make_generator
 from workers.trainable import TrainableRoleWorker
@@ -58,6 +60,7 @@ class ActorWorker(TrainableRoleWorker):
         self.update_calls = 0
         self.validate_calls = 0
         self.rollout_engine: Any = None  # the vLLM engine with rollout.engine: vllm (workers/sampling/vllm_engine.py)
+        self.agent_rollout: Any = None  # the tools and loop of rollout.multi_turn (workers/sampling/agent_rollout.py)
 
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -65,6 +68,10 @@ class ActorWorker(TrainableRoleWorker):
         """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
         DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
         self._init_trained_model()
+        if agent_rollout_enabled(self.rollout):
+            eos_ids = eos_token_ids(self.tokenizer, self.module)
+            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
+            self.agent_rollout = AgentRollout(self.rollout, self.tokenizer, eos_ids, int(pad_id))
         if self.rollout["engine"] == "vllm":
             self.rollout_engine = self._start_vllm_engine()
 
@@ -98,7 +105,7 @@ class ActorWorker(TrainableRoleWorker):
             device=self.device,
             seed=derive_seed(self.seed, self.rank, "vllm"),
             settings=engine_settings(self.rollout),
-            max_model_len=context_length(self.module, prompt_length, int(self.rollout["max_new_tokens"])),
+            max_model_len=context_length(self.module, prompt_length, response_width(self.rollout)),
             dtype=str(self.model_cfg["dtype"]),
         )
         try:
@@ -135,7 +142,8 @@ class ActorWorker(TrainableRoleWorker):
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
         """Engine phases (wake, sync, generate, sleep) run inside the last call, for the dispatch trace."""
-        return self.rollout_engine.take_spans() if self.rollout_engine is not None else []
+        spans = self.rollout_engine.take_spans() if self.rollout_engine is not None else []
+        return spans + (self.agent_rollout.take_spans() if self.agent_rollout is not None else [])
 
     # ------------------------------------------------------------------ rollout and scoring
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -152,11 +160,32 @@ class ActorWorker(TrainableRoleWorker):
         calls = getattr(self, counter)
         setattr(self, counter, calls + 1)
         self.module.eval()
+        if self.agent_rollout is not None:
+            return self._generate_agent_rollout(prompts, params, stream, calls)
         if self.rollout_engine is not None:
             return self._generate_with_vllm(prompts, params, derive_seed(self.seed, self.rank, stream, calls))
         generator = make_generator(self.device, self.seed, self.rank, stream, calls)
         with serving(self.module, self.engine):
             return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+
+    def _generate_agent_rollout(self, prompts: DataProto, params: SamplingParams, stream: str, calls: int) -> DataProto:
+        """Multi-turn trajectories with tool calls (``rollout.multi_turn``), on this rank's engine."""
+        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
+        agent = self.agent_rollout
+        if self.rollout_engine is not None:
+            batch_generate = self.rollout_engine.batch_generate(
+                self.module, params, eos_ids=agent.eos_ids, seed=derive_seed(self.seed, self.rank, stream, calls)
+            )
+            try:
+                return agent.generate(prompts, params, batch_generate)
+            finally:
+                self.rollout_engine.sleep()
+        generator = make_generator(self.device, self.seed, self.rank, stream, calls)
+        batch_generate = hf_batch_generate(
+            self.module, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id, device=self.device, generator=generator
+        )
+        with serving(self.module, self.engine):
+            return agent.generate(prompts, params, batch_generate)
 
     def _generate_with_vllm(self, prompts: DataProto, params: SamplingParams, seed: int, engine: Any = None) -> DataProto:
         """The vllm engine's rollout (``engine``, else this rank's), in the hf engine's layout plus ``rollout_log_probs``."""
@@ -299,7 +328,7 @@ class ActorWorker(TrainableRoleWorker):
         weights = None
         if engine_log_probs is not None and cap is not None:
             weights = truncated_importance_weights(old, engine_log_probs.to(old.dtype), float(cap))
-        scale = config.get("loss_scale_factor") or self.rollout.get("max_new_tokens")  # seq-mean-token-sum-norm's constant
+        scale = config.get("loss_scale_factor") or response_width(self.rollout)  # seq-mean-token-sum-norm's constant
         loss_config = {**config, "loss_scale_factor": scale}
         pg_loss, pg_metrics = get_policy_loss(str(config.get("policy_loss") or "vanilla"))(
             old, log_probs, micro["advantages"].to(log_probs.dtype), mask, agg, loss_config, token_weights=weights

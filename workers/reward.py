@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlhfctl.agents.trajectory import response_width
 from rlhfctl.algorithms.overlong import overlong_buffer_problem, overlong_penalty
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
@@ -24,11 +25,13 @@ from workers.recipe import (
     section,
 )
 from workers.reward_functions import (
+    CONVERSATION_COLUMNS,
     ON_ERROR_POLICIES,
     RewardFunctionError,
     RewardOutputError,
     RewardScores,
     call_reward_function,
+    conversation_columns_taken,
     load_reward_function,
 )
 from workers.role import RoleWorker
@@ -37,7 +40,9 @@ __all__ = ["INTERNAL_COLUMNS", "OVERLONG_PENALTY", "RewardWorker", "is_internal_
 
 INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "prompt_messages", "score", "reward_error"})
 """Non-tensor columns not passed to reward functions (the rest go in as keyword lists); so are the named-score
-columns ``reward/<name>`` (:func:`is_internal_column`)."""
+columns ``reward/<name>`` and an agent rollout's per-sample metrics ``agent/<name>`` (:func:`is_internal_column`)."""
+
+AGENT_METRIC_PREFIX = "agent/"
 
 OVERLONG_PENALTY = "overlong_penalty"
 """The named score holding DAPO's overlong penalty (column ``reward/overlong_penalty``) when the buffer is on."""
@@ -45,13 +50,20 @@ OVERLONG_PENALTY = "overlong_penalty"
 
 def is_internal_column(name: str) -> bool:
     """Whether a non-tensor column is the pipeline's own, not data for the reward function."""
-    return name in INTERNAL_COLUMNS or str(name).startswith(NAMED_SCORE_PREFIX)
+    return name in INTERNAL_COLUMNS or str(name).startswith((NAMED_SCORE_PREFIX, AGENT_METRIC_PREFIX))
 
 
 def place_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """(B, R) zeros with each score at the last valid response token (column 0 for an empty response)."""
+    """(B, R) zeros with each score at the last token of the loss mask (column 0 for an empty response).
+
+    The last mask-1 position, not ``mask.sum() - 1``: an agent rollout's mask has holes (tool outputs are 0),
+    and a score placed on a mask-0 token would be dropped by GAE and the KL shaping. For a prefix mask the
+    two are the same column.
+    """
     rows, width = response_mask.shape
-    last = (response_mask.long().sum(dim=-1) - 1).clamp(min=0, max=max(width - 1, 0))
+    columns = torch.arange(1, width + 1, device=response_mask.device)
+    last = ((response_mask != 0).long() * columns).max(dim=-1).values - 1 if width else torch.zeros(rows, dtype=torch.long)
+    last = last.clamp(min=0, max=max(width - 1, 0))
     placed = torch.zeros(rows, width, dtype=torch.float32)
     placed[torch.arange(rows), last] = scores.float()
     return placed
@@ -71,7 +83,7 @@ class RewardWorker(RoleWorker):
                 f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}"
             )
         self.overlong = {**REWARD_DEFAULTS["overlong_buffer"], **(self.config["overlong_buffer"] or {})}
-        self.max_new_tokens = int(rollout_config(self.recipe)["max_new_tokens"])
+        self.max_new_tokens = response_width(rollout_config(self.recipe))  # the response's columns
         problem = overlong_buffer_problem(self.overlong, self.max_new_tokens)
         if problem:
             raise RecipeError(problem, "roles.reward.overlong_buffer.len", "out_of_range")
@@ -162,7 +174,9 @@ class RewardWorker(RoleWorker):
         if "prompts" in data.batch and "attention_mask" in data.batch:
             prompt_mask = data.batch["attention_mask"][:, : data.batch["prompts"].shape[1]]
         prompts = self._texts(data, "prompt_text", "prompts", prompt_mask)
-        texts = self._texts(data, "response_text", "responses", response_mask)
+        # The response's real tokens are the attention mask over it (tool outputs too); response_mask is the loss's.
+        real = data.batch["attention_mask"][:, -responses.shape[1]:] if "attention_mask" in data.batch else response_mask
+        texts = self._texts(data, "response_text", "responses", real)
         if self.function is not None:
             result = self._function_scores(data, prompts, texts)
         else:
@@ -187,6 +201,8 @@ class RewardWorker(RoleWorker):
     def _function_scores(self, data: DataProto, prompts: list[str], texts: list[str]) -> RewardScores:
         """The reward function's scores, with the data columns and ``function_kwargs`` as keywords."""
         columns = {key: values.tolist() for key, values in data.non_tensor_batch.items() if not is_internal_column(key)}
+        taken = conversation_columns_taken(self.function, list(columns))
+        columns = {key: values for key, values in columns.items() if key not in CONVERSATION_COLUMNS or key in taken}
         result = call_reward_function(
             self.function,
             self.function_name,

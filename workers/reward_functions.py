@@ -31,17 +31,38 @@ from rlhfctl.single_controller import rank_progress
 from rlhfctl.tasks.reward_fn import named_score_problem
 
 __all__ = [
+    "CONVERSATION_COLUMNS",
     "ON_ERROR_POLICIES",
     "RewardFunctionError",
     "RewardOutputError",
     "RewardScores",
     "call_reward_function",
+    "conversation_columns_taken",
     "function_kwargs_problem",
     "load_reward_function",
     "reward_call_problem",
 ]
 
 ON_ERROR_POLICIES = ("raise", "zero")
+
+CONVERSATION_COLUMNS = ("messages", "tool_rewards", "num_turns", "reward_extra")
+"""What an agent rollout adds for the reward (``rollout.multi_turn``): the whole conversation, the sum of the
+tools' rewards, the assistant turns and the loop's extra dict. Each goes only to a function that takes it by
+name or through ``**kwargs``, so functions written for single-turn rollouts keep working."""
+
+
+def conversation_columns_taken(function: Callable[..., Any], present: Sequence[str]) -> list[str]:
+    """Those of :data:`CONVERSATION_COLUMNS` in ``present`` that ``function``'s signature accepts by name or
+    ``**kwargs`` (all of them when the signature cannot be read)."""
+    offered = [name for name in CONVERSATION_COLUMNS if name in present]
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return offered
+    if any(param.kind is param.VAR_KEYWORD for param in params):
+        return offered
+    named = {param.name for param in params if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)}
+    return [name for name in offered if name in named]
 
 
 class RewardFunctionError(UserError, RuntimeError):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
+from rlhfctl.recipe.check_agents import check_agents
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
 from rlhfctl.recipe.check_runtime import (
     check_data,
@@ -122,6 +123,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
     report.issues += check_rollout_engine(cfg, pools)
+    report.issues += check_agents(cfg)
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)

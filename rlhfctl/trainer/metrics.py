@@ -27,11 +27,13 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 def batch_metrics(batch: DataProto) -> dict[str, float]:
     """Reward, length, advantage, value and KL statistics of one step's batch."""
-    mask = batch.batch["response_mask"].float()
+    mask = batch.batch["response_mask"].float()  # the loss mask: the policy's own tokens
     metrics = _stats("reward", batch.batch["token_level_scores"].sum(-1))
-    lengths = mask.sum(-1)
+    # A response's length is its real tokens, the attention mask over it: with tool outputs (mask 0) the loss
+    # mask has holes. For a single-turn rollout the two masks are equal.
+    lengths = batch.batch["attention_mask"][:, -mask.shape[-1]:].float().sum(-1)
     metrics.update(_stats("response_length", lengths))
-    # Responses are padded to exactly max_new_tokens columns: a full row ran out of budget.
+    # Responses are padded to exactly their width (max_new_tokens, or max_response_tokens): a full row ran out of budget.
     metrics["response_length/clip_ratio"] = (lengths >= mask.shape[-1]).float().mean().item()
     metrics["prompt_length/mean"] = batch.batch["attention_mask"].sum(-1).float().mean().item() - metrics["response_length/mean"]
     if "token_level_rewards" in batch.batch:
@@ -49,6 +51,31 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics["reward/errors"] = float(np.sum(batch.non_tensor_batch["reward_error"].astype(float)))
     if "entropys" in batch.batch:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
+    metrics.update(agent_metrics(batch))
+    return metrics
+
+
+def agent_metrics(batch: DataProto) -> dict[str, float]:
+    """An agent rollout's per-sample columns (``rollout.multi_turn``): ``agent/turns/mean``,
+    ``agent/tool_calls/mean``, ``agent/tool_errors/mean``, ``agent/tool_latency_s/mean``,
+    ``agent/truncated_fraction``, ``agent/policy_tokens/mean`` (mask-1 tokens per sample) and
+    ``agent/tool/<name>/<key>/mean`` (a tool's own metrics, over the samples that called it); empty otherwise."""
+    columns = batch.non_tensor_batch
+    if "num_turns" not in columns:
+        return {}
+    metrics = {"agent/turns/mean": float(np.mean(columns["num_turns"].astype(np.float64)))}
+    for name in ("tool_calls", "tool_errors", "tool_latency_s"):
+        if f"agent/{name}" in columns:
+            metrics[f"agent/{name}/mean"] = float(np.mean(columns[f"agent/{name}"].astype(np.float64)))
+    if "agent/truncated" in columns:
+        metrics["agent/truncated_fraction"] = float(np.mean(columns["agent/truncated"].astype(np.float64)))
+    metrics["agent/policy_tokens/mean"] = batch.batch["response_mask"].float().sum(-1).mean().item()
+    values: dict[str, list[float]] = {}
+    for per_sample in columns.get("agent/tool_metrics", []):
+        for key, value in dict(per_sample or {}).items():
+            values.setdefault(key, []).append(float(value))
+    for key in sorted(values):
+        metrics[f"agent/tool/{key}/mean"] = float(np.mean(values[key]))
     return metrics
 
 

@@ -1,7 +1,8 @@
 """Sample completions (``trainer.log_samples``): what the policy writes, next to the metrics.
 
 Each step, the first N prompts of the batch (their first response each) with their scores go to
-``output_dir/samples.jsonl`` and, as text, to the loggers that show text (TensorBoard; the console
+``output_dir/samples.jsonl`` (for an agent rollout with the whole conversation, ``messages``, whose tool
+turns have the role ``tool``, and ``tool_rewards``) and, as text, to the loggers that show text (TensorBoard; the console
 shows one sample every ``log_every`` steps).
 """
 
@@ -52,9 +53,16 @@ class SampleLog:
         if texts is not None:
             response = str(texts[index])
         else:
-            length = int(tensors["response_mask"][index].sum())
+            width = tensors["responses"].shape[-1]
+            length = int(tensors["attention_mask"][index, -width:].sum())  # the real tokens (tool outputs too)
             response = self.tokenizer.decode(tensors["responses"][index, :length].tolist(), skip_special_tokens=True)
         sample = {"prompt": prompt, "response": response, "score": float(tensors["token_level_scores"][index].sum())}
+        messages = batch.non_tensor_batch.get("messages")
+        if messages is not None:  # an agent rollout: the whole conversation, tool turns marked by their role
+            sample["messages"] = [_plain_message(message) for message in list(messages[index])]
+            tool_rewards = batch.non_tensor_batch.get("tool_rewards")
+            if tool_rewards is not None:
+                sample["tool_rewards"] = float(tool_rewards[index])
         errors = batch.non_tensor_batch.get("reward_error")
         if errors is not None and errors[index]:
             sample["reward_error"] = str(errors[index])
@@ -83,5 +91,20 @@ class SampleLog:
         self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
 
+def _plain_message(message: Any) -> dict[str, Any]:
+    """A message as JSON can hold it (tool-call arguments included)."""
+    return json.loads(json.dumps(dict(message), default=str))
+
+
 def _as_text(sample: dict[str, Any]) -> str:
-    return f"{sample['prompt']!r} -> {sample['response']!r} (score {sample['score']:.4g})"
+    if "messages" not in sample:
+        return f"{sample['prompt']!r} -> {sample['response']!r} (score {sample['score']:.4g})"
+    lines = []
+    for message in sample["messages"]:
+        role = str(message.get("role"))
+        tag = f"[tool {message['name']}]" if role == "tool" and message.get("name") else f"[{role}]"
+        lines.append(f"{tag} {message.get('content', '')!r}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            lines.append(f"  -> call {function.get('name')}({json.dumps(function.get('arguments', {}))})")
+    return "\n".join(lines) + f"\n(score {sample['score']:.4g})"

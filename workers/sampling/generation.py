@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlhfctl.algorithms import token_log_probs
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import rank_progress
 from workers.sampling.decode_mask import decode_attention_mask
@@ -129,10 +130,12 @@ def sample_responses(
     pad_id: int,
     generator: torch.Generator | None = None,
     samples_per_prompt: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    with_log_probs: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """Decode ``samples_per_prompt`` continuations of each left-padded prompt (consecutive rows);
     returns ``responses`` (B * samples_per_prompt, max_new_tokens) padded with ``pad_id`` after the
-    first EOS, and ``response_mask`` (1 up to and including that EOS)."""
+    first EOS, and ``response_mask`` (1 up to and including that EOS); with ``with_log_probs`` also each
+    sampled token's log-prob under ``softmax(logits / T)`` (the distribution the actor scores; 0 on padding)."""
     device = input_ids.device
     # inference_mode skips autograd's per-op bookkeeping (a sizeable share of a small model's decode step);
     # the returned tensors are built outside it, so they are ordinary tensors that autograd may save later.
@@ -167,10 +170,12 @@ def sample_responses(
             if decoder is None:
                 step_masks = decode_attention_mask(inner, mask, params.max_new_tokens)
         finished = torch.zeros(rows, dtype=torch.bool, device=device)
-        tokens, valid = [], []
+        tokens, valid, scores = [], [], []
         for step in range(params.max_new_tokens):
             chosen = _next_tokens(logits, params, generator)
             chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
+            if with_log_probs:
+                scores.append(token_log_probs(logits, chosen, temperature=params.temperature, with_entropy=False)[0])
             tokens.append(chosen)
             valid.append(~finished)
             finished = finished | torch.isin(chosen, eos)
@@ -193,7 +198,11 @@ def sample_responses(
     response_mask = torch.zeros((rows, params.max_new_tokens), dtype=attention_mask.dtype, device=device)
     responses[:, : len(tokens)] = torch.stack(tokens, dim=1)
     response_mask[:, : len(valid)] = torch.stack(valid, dim=1).to(attention_mask.dtype)
-    return responses, response_mask
+    if not with_log_probs:
+        return responses, response_mask
+    log_probs = torch.zeros((rows, params.max_new_tokens), dtype=torch.float32, device=device)
+    log_probs[:, : len(scores)] = torch.stack(scores, dim=1).float() * response_mask[:, : len(scores)]
+    return responses, response_mask, log_probs
 
 
 def _repeat_columns(prompts: DataProto, n: int) -> tuple[dict[str, torch.Tensor], dict[str, np.ndarray]]:
@@ -235,16 +244,22 @@ def rollout_batch(
     tokenizer: Any,
     params: SamplingParams,
     extra: Mapping[str, torch.Tensor] | None = None,
+    response_attention_mask: torch.Tensor | None = None,
 ) -> DataProto:
     """The rollout DataProto every engine returns: prompts repeated ``n`` times (samples consecutive),
     responses right-padded, masks and position ids over prompt + response, ``response_text``;
-    ``extra`` adds per-sample tensors (the vllm engine's ``rollout_log_probs``)."""
+    ``extra`` adds per-sample tensors (the vllm engine's ``rollout_log_probs``).
+
+    ``response_attention_mask`` marks the response's real tokens where they are more than the loss mask
+    (agent rollouts: tool outputs are real tokens, attended to, with ``response_mask`` 0); it defaults to
+    ``response_mask``. The attention mask, not the loss mask, gives a response's length and last token."""
     tensors, non_tensors = _repeat_columns(prompts, params.n)
     prompt_ids = tensors.pop("input_ids")
     prompt_mask = tensors.pop("attention_mask")
     tensors.pop("position_ids", None)
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    lengths = response_mask.sum(dim=-1).tolist()
+    real = response_mask if response_attention_mask is None else response_attention_mask
+    attention_mask = torch.cat([prompt_mask, real.to(prompt_mask.dtype)], dim=1)
+    lengths = real.sum(dim=-1).tolist()
     texts = [
         tokenizer.decode(row[:length].tolist(), skip_special_tokens=True) for row, length in zip(responses, lengths)
     ]

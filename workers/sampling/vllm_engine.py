@@ -449,6 +449,40 @@ class VllmRolloutEngine:
         self.sleep()
         return responses, response_mask, log_probs
 
+    def batch_generate(self, module: nn.Module, params: Any, *, eos_ids: list[int], seed: int) -> Any:
+        """Token-in/token-out rounds for agent rollouts (``rlhfctl.agents.llm.BatchGenerate``): each round's
+        requests go to the engine as one list of token prompts, one sample each with its own ``max_tokens``
+        and seed; the tokens and log-probs come back as the engine produced them. Call :meth:`sleep` after
+        the last round."""
+        from dataclasses import replace
+
+        from rlhfctl.agents.llm import Generation
+
+        if not self.weights_current:
+            self.sync(module)
+        eos = set(eos_ids)
+        rounds = [0]
+
+        def generate(requests: list[Any]) -> list[Any]:
+            prompts = [{"prompt_token_ids": list(request.token_ids)} for request in requests]
+            base = seed + rounds[0] * 100_003
+            rounds[0] += 1
+            sampling = [
+                self._sampling_params(replace(params, n=1, max_new_tokens=int(request.max_tokens)), eos_ids, base + request.order)
+                for request in requests
+            ]
+            with self._phase("generate"):
+                outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+            results = []
+            for output, request in zip(outputs, requests):
+                completion = _by_index(output)[0]
+                tokens = list(completion.token_ids)[: int(request.max_tokens)]
+                scores = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], tokens)]
+                results.append(Generation(tokens, scores, finished=bool(tokens) and tokens[-1] in eos))
+            return results
+
+        return generate
+
     @staticmethod
     def _sampling_params(params: Any, eos_ids: list[int], seed: int) -> Any:
         from vllm import SamplingParams as VllmSamplingParams
