@@ -1,10 +1,13 @@
 """Datasets for the supervised stages: demonstrations (sft) and preference pairs (reward_model, dpo).
 
 A **demonstration** record is ``{"prompt": ..., "response": ...}`` (column names configurable), or a
-chat ``{"messages": [{"role": ..., "content": ...}, ...]}`` whose last message is the assistant's
-response; everything before it is rendered with the tokenizer's chat template as the prompt (whatever
-``apply_chat_template`` says; a text prompt gets the template only when it is true). The loss
-is taken on the response tokens only, which end with the end-of-sequence token.
+chat ``{"messages": [{"role": ..., "content": ...}, ...]}`` (with an optional ``tools`` column of
+function schemas for the template) that ends with an assistant message. A prompt/response record is
+learned on its response tokens, which end with the end-of-sequence token (a text prompt gets the chat
+template only when ``apply_chat_template`` says so). A chat is learned on **every assistant turn**
+(content and ``tool_calls``, through its end-of-sequence token) while system, user and tool turns and
+the role headers are context (:mod:`rlhfctl.data.chat_masks` has the rule); a chat with one assistant
+reply gives the same tokens as a prompt rendered with the chat template and that reply as response.
 
 A **preference** record is ``{"prompt": ..., "chosen": ..., "rejected": ...}``. Each pair keeps the
 token ids a policy needs (prompt, and each response plus end-of-sequence: dpo) and the ids a reward
@@ -13,8 +16,11 @@ rollouts).
 
 Examples longer than ``max_length`` tokens follow ``overlong``: ``error`` (default), ``truncate``
 (keep the end of the prompt and the start of the response; the prompt keeps at most half of
-``max_length`` when both do not fit) or ``skip``. Every problem is a :class:`DataFileError` naming the
-source and the 1-based record number.
+``max_length`` when both do not fit) or ``skip``. A chat's prompt is what precedes its first assistant
+turn and its response all the rest, so a truncated chat keeps its first turns: one cut inside an
+assistant turn keeps that turn's first tokens as labels (without its end-of-sequence token) and drops
+what follows, one cut inside a context turn drops that turn's kept part too (no label follows it).
+Every problem is a :class:`DataFileError` naming the source and the 1-based record number.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any, Self, TypeVar
 
 import torch
 
+from rlhfctl.data.chat_masks import ChatLayout, ChatLayoutError, check_chat
 from rlhfctl.data.errors import DataConfigError, DataFileError
 from rlhfctl.data.verl_layout import uses_chat_template
 
@@ -40,18 +47,43 @@ __all__ = [
 ]
 
 _OVERLONG = ("error", "truncate", "skip")
+_TOOLS_KEY = "tools"
+"""A chat record's column of OpenAI function schemas, passed to the chat template as ``tools``."""
 
 
 @dataclass(frozen=True)
 class Demonstration:
-    """One tokenized demonstration: the prompt, and the response ending with end-of-sequence."""
+    """One tokenized demonstration: the prompt (context), then the response with its mask of learned tokens.
+
+    The layout of an agent trajectory (``rlhfctl.agents.trajectory``): a prompt/response record's mask is
+    all 1; a chat's response holds every turn after the first assistant turn began, 1 on the assistant
+    turns' labels and 0 on the context between them.
+    """
 
     index: int
     prompt_ids: tuple[int, ...]
     response_ids: tuple[int, ...]
+    response_mask: tuple[int, ...] | None = None
+    """1 where the loss is taken; None: every response token."""
+
+    def __post_init__(self) -> None:
+        mask = (1,) * len(self.response_ids) if self.response_mask is None else tuple(self.response_mask)
+        if len(mask) != len(self.response_ids):
+            raise ValueError(f"response_mask has {len(mask)} entries for {len(self.response_ids)} response tokens")
+        object.__setattr__(self, "response_mask", mask)
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def input_ids(self) -> tuple[int, ...]:
+        """The whole sequence, prompt then response."""
+        return self.prompt_ids + self.response_ids
+
+    @property
+    def loss_mask(self) -> tuple[int, ...]:
+        """One entry per token of :attr:`input_ids`: 0 on the prompt, the response mask after it."""
+        return (0,) * len(self.prompt_ids) + tuple(self.response_mask or ())
 
 
 @dataclass(frozen=True)
@@ -118,24 +150,28 @@ class _RecordReader:
             return prompt
         return self.chat([{"role": "user", "content": prompt}], number)
 
-    def chat(self, messages: list[Mapping[str, Any]], number: int) -> str:
+    def require_chat_template(self, number: int) -> None:
         if not getattr(self.tokenizer, "chat_template", None):
             raise DataConfigError(
                 f"{self.source}: record {number} needs a chat template but the tokenizer has none; set model.chat_template"
             )
+
+    def chat(self, messages: list[Mapping[str, Any]], number: int) -> str:
+        self.require_chat_template(number)
         return self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
 
     def encode(self, text: str) -> list[int]:
         return [int(token) for token in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
-    def bound(self, prompt: list[int], response: list[int], number: int) -> tuple[list[int], list[int]] | None:
+    def bound(self, prompt: list[int], response: list[int], number: int,
+              what: str = "prompt + response is") -> tuple[list[int], list[int]] | None:
         """Apply the overlong policy to one (prompt, response); None means skip the record."""
         total = len(prompt) + len(response)
         if total <= self.max_length:
             return prompt, response
         if self.overlong == "error":
             raise self.fail(number, (
-                f"prompt + response is {total} tokens, over data.max_length={self.max_length}; raise it, or set "
+                f"{what} {total} tokens, over data.max_length={self.max_length}; raise it, or set "
                 "data.overlong to truncate or skip"
             ))
         if self.overlong == "skip":
@@ -209,34 +245,44 @@ class DemonstrationDataset(_RecordDataset[Demonstration]):
     def __init__(self, records: Iterable[Mapping[str, Any]], tokenizer: Any, *, prompt_key: str = "prompt",
                  response_key: str = "response", messages_key: str = "messages", **reading: Any) -> None:
         self.keys = (prompt_key, response_key, messages_key)
+        self._chat_layout: ChatLayout | None = None
         super().__init__(records, tokenizer, **reading)
 
     def _row(self, reader: _RecordReader, index: int, record: Mapping[str, Any]) -> Demonstration | None:
         number = index + 1
-        prompt_text, response_text = self._texts(reader, record, number)
-        bounded = reader.bound(reader.encode(prompt_text), reader.encode(response_text) + [reader.eos], number)
-        return None if bounded is None else Demonstration(index, tuple(bounded[0]), tuple(bounded[1]))
-
-    def _texts(self, reader: _RecordReader, record: Mapping[str, Any], number: int) -> tuple[str, str]:
         prompt_key, response_key, messages_key = self.keys
         if messages_key in record and prompt_key not in record:
-            return self._chat_texts(reader, record[messages_key], number)
+            return self._chat_row(reader, index, record)
         prompt = reader.text(record, prompt_key, number, "prompt", f"data.prompt_key (or give a {messages_key!r} chat)")
         response = reader.text(record, response_key, number, "response", "data.response_key")
-        return reader.render_prompt(prompt, number), response
+        prompt_ids = reader.encode(reader.render_prompt(prompt, number))
+        bounded = reader.bound(prompt_ids, reader.encode(response) + [reader.eos], number)
+        return None if bounded is None else Demonstration(index, tuple(bounded[0]), tuple(bounded[1]))
 
-    def _chat_texts(self, reader: _RecordReader, messages: Any, number: int) -> tuple[str, str]:
-        if not isinstance(messages, (list, tuple)) or len(messages) < 2:
-            raise reader.fail(number, "the chat must be a list of at least two {role, content} messages")
-        for position, message in enumerate(messages, start=1):
-            if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
-                raise reader.fail(number, f"message {position} must be a mapping with 'role' and 'content'")
-        last = messages[-1]
-        if last["role"] != "assistant":
-            raise reader.fail(number, f"the last message is the response and must be the assistant's, got role {last['role']!r}")
-        if not isinstance(last["content"], str) or not last["content"]:
-            raise reader.fail(number, "the last (assistant) message has no text content")
-        return reader.chat(messages[:-1], number), last["content"]
+    def _chat_row(self, reader: _RecordReader, index: int, record: Mapping[str, Any]) -> Demonstration | None:
+        number = index + 1
+        messages, tools = record[self.keys[2]], record.get(_TOOLS_KEY)
+        try:
+            check_chat(messages)
+            if tools is not None and not isinstance(tools, (list, tuple)):
+                raise ChatLayoutError(f"the {_TOOLS_KEY!r} column must be a list of function schemas, got {type(tools).__name__}")
+            reader.require_chat_template(number)
+            chat = self._layout(reader).tokens(messages, tools)
+        except ChatLayoutError as error:
+            raise reader.fail(number, str(error)) from error
+        response, mask = chat.response_ids, chat.response_mask
+        bounded = reader.bound(chat.prompt_ids, response, number, "the chat is")
+        if bounded is None:
+            return None
+        kept = mask[: len(bounded[1])]
+        while not kept[-1]:  # cut inside a context turn: drop its kept part (the first turn's start always stays)
+            kept = kept[:-1]
+        return Demonstration(index, tuple(bounded[0]), tuple(bounded[1][: len(kept)]), tuple(kept))
+
+    def _layout(self, reader: _RecordReader) -> ChatLayout:
+        if self._chat_layout is None:
+            self._chat_layout = ChatLayout(reader.tokenizer, reader.encode, reader.eos)
+        return self._chat_layout
 
 
 class PreferenceDataset(_RecordDataset[PreferencePair]):
@@ -325,7 +371,8 @@ def _pack(rows: Sequence[Demonstration], max_length: int) -> list[list[Demonstra
 def collate_demonstrations(
     rows: Sequence[Demonstration], pad_token_id: int, *, packing: bool = False, max_length: int | None = None
 ) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask`` (1 on response tokens).
+    """Right-padded ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask`` (each row's
+    :attr:`Demonstration.loss_mask`: 1 on the learned response tokens).
 
     With ``packing``, demonstrations share rows of at most ``max_length`` tokens; ``position_ids``
     restart at 0 for each one (so attention can be kept within each demonstration) and the padding at
@@ -344,12 +391,11 @@ def collate_demonstrations(
     for line, group in enumerate(groups):
         start = 0
         for row in group:
-            tokens = list(row.prompt_ids) + list(row.response_ids)
-            end = start + len(tokens)
-            ids[line, start:end] = torch.tensor(tokens, dtype=torch.long)
+            end = start + len(row)
+            ids[line, start:end] = torch.tensor(row.input_ids, dtype=torch.long)
             attention[line, start:end] = 1
-            positions[line, start:end] = torch.arange(len(tokens))
-            loss_mask[line, start + len(row.prompt_ids) : end] = 1
+            positions[line, start:end] = torch.arange(len(row))
+            loss_mask[line, start:end] = torch.tensor(row.loss_mask, dtype=torch.long)
             start = end
         last = len(group[-1])
         positions[line, start:] = torch.arange(last, last + width - start)
