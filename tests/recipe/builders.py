@@ -42,3 +42,14 @@ def write_recipe(folder: Path, data: dict[str, Any] | str, name: str = "recipe.y
     path = folder / name
     path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def validate_cli(recipe_file: Path, *overrides: str) -> Any:
+    """``rlhfctl validate recipe_file overrides...`` through the CLI; the result, checked to hold no traceback."""
+    from typer.testing import CliRunner
+
+    from rlhfctl.cli import app
+
+    result = CliRunner().invoke(app, ["validate", str(recipe_file), *overrides])
+    assert "Traceback" not in result.output, result.output
+    return result
