@@ -108,7 +108,7 @@ def turn_end(tokenizer: Any) -> str:
     if not whole.startswith(header) or _PROBE not in whole[len(header):]:
         raise ChatLayoutError(
             "the chat template does not render an assistant message's content after the generation prompt, so its "
-            "turns cannot be found; set model.chat_template to a template that does"
+            "turns cannot be found; use a tokenizer whose chat template does (model.tokenizer_path)"
         )
     return whole[len(header):].rpartition(_PROBE)[2]
 
@@ -119,8 +119,8 @@ def _prefix_of(text: str, whole: str, messages: int, generation_prompt: bool) ->
         raise ChatLayoutError(
             f"the chat template does not render prefixes stably: {upto} is not a prefix of the whole chat's rendering "
             "(the template rewrites earlier turns, e.g. drops past reasoning), so the assistant turns cannot be "
-            "located; set model.chat_template to one that renders each message the same wherever it is, or give "
-            "one assistant reply per record"
+            "located; use a tokenizer whose template renders each message the same wherever it is "
+            "(model.tokenizer_path), or give one assistant reply per record"
         )
     return len(text)
 
@@ -167,7 +167,7 @@ class ChatLayout:
             if start < cursor or not body.endswith(end):
                 raise ChatLayoutError(
                     f"the chat template ends assistant message {position + 1} with {body[-len(end) - 8:]!r}, not "
-                    f"with its turn end {end!r}; set model.chat_template to one that ends every assistant turn alike"
+                    f"with its turn end {end!r}; use a tokenizer whose template ends every assistant turn alike (model.tokenizer_path)"
                 )
             context = self.encode(whole[cursor:start])
             if prompt is None:
