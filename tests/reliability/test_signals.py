@@ -122,7 +122,8 @@ def test_sigusr1_to_the_process_group_saves_and_exits_138(tmp_path, ray_tmpdir):
 @pytest.mark.slow
 def test_sigterm_to_the_process_group_reaches_the_driver_alone(tmp_path, ray_tmpdir):
     code, output, saved = stop_after_two_steps(tmp_path, ray_tmpdir, signal.SIGTERM, to_group=True)
-    assert code == 143, output
+    assert code == 143, output  # not 130: a signal handled while the driver waits in ray.get (test_signal_order)
+    assert f"stopped by SIGTERM: saving step {saved} before exiting" in output
     assert "SIGTERM received" not in output and "Traceback" not in output
     assert saved >= 2
 
