@@ -1,15 +1,17 @@
-"""SFTWorker: supervised fine-tuning of the policy on demonstrations (loss on response tokens only).
+"""SFTWorker: supervised fine-tuning of the policy on demonstrations (loss on the tokens ``loss_mask`` marks).
 
 It is an :class:`ActorWorker` (same model, LoRA, DDP, optimizer, scheduler, checkpoints and
 ``export_hf``) with two more registered methods:
 
 - ``train_sft(batch)``: one optimizer step on the batch (micro-batched with gradient accumulation by
   ``roles.actor.micro_batch_size``), the loss being the mean negative log-likelihood over **all
-  response tokens of the whole batch, across ranks** (not a mean of per-row means);
+  learned tokens of the whole batch, across ranks** (not a mean of per-row means);
 - ``eval_sft(batch)``: per-row ``nll_sum`` and ``tokens``, so the driver computes the exact mean.
 
 Batches hold ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask`` (1 on the tokens to
-predict), right-padded, as :func:`rlhfctl.data.pairs.collate_demonstrations` makes them. With
+predict: a demonstration's response, or every assistant turn of a chat, not the user, system and tool
+turns between them), right-padded, as :func:`rlhfctl.data.pairs.collate_demonstrations` makes them. The
+worker reads the mask as it is, so it need not be one span per row. With
 ``meta_info["packed"]`` the attention mask is left out so transformers keeps attention within each
 packed demonstration (it finds them from the restarting ``position_ids``).
 """
@@ -68,13 +70,13 @@ class SFTWorker(ActorWorker):
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def train_sft(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step; returns rank-averaged ``loss`` (token mean over the whole batch),
-        ``tokens`` (response tokens on this rank), ``grad_norm`` and ``lr``."""
+        ``tokens`` (learned tokens on this rank), ``grad_norm`` and ``lr``."""
         lr = self._start_update(batch, SFT_KEYS, "train_sft")
         mask = batch.batch["loss_mask"][:, 1:]
         local_tokens = float(mask.sum().item())
         global_tokens = _global_sum(local_tokens, self.device)
         if global_tokens == 0:
-            raise ValueError("train_sft got a batch without response tokens (loss_mask is all zero)")
+            raise ValueError("train_sft got a batch without tokens to learn (loss_mask is all zero)")
         # optimize_on_batch weighs each micro-batch's token mean by its share of this rank's tokens and DDP
         # averages over ranks, so this factor makes the gradient that of the token sum over the global count.
         scale = local_tokens * self.world_size / global_tokens
@@ -95,7 +97,7 @@ class SFTWorker(ActorWorker):
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def eval_sft(self, batch: DataProto) -> DataProto:
-        """Per row: ``nll_sum`` (summed over its response tokens) and ``tokens``; no gradients."""
+        """Per row: ``nll_sum`` (summed over its learned tokens) and ``tokens``; no gradients."""
         self._require_model()
         self._require_keys(batch, SFT_KEYS, "eval_sft")
         packed = bool(batch.meta_info.get("packed", False))
