@@ -58,10 +58,10 @@ class AgentContext:
         return float(self.settings.get("tool_timeout_s") or 10.0)
 
     def decode(self, token_ids: list[int]) -> str:
-        """An assistant turn's text: its tokens decoded without the EOS it stopped on (other special tokens kept,
-        so tool-call tags that are special tokens stay readable)."""
+        """An assistant turn's text: its tokens decoded without special tokens (tool-call tags such as
+        Qwen's ``<tool_call>`` are added tokens that are not special, so they stay)."""
         kept = [token for token in token_ids if token not in self.eos_ids]
-        return self.tokenizer.decode(kept, skip_special_tokens=False)
+        return self.tokenizer.decode(kept, skip_special_tokens=True)
 
 
 @dataclass(frozen=True)
