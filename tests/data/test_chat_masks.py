@@ -177,3 +177,15 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
     with pytest.raises(DataFileError, match="record 1: the chat template does not render prefixes stably: messages 1-2"):
         DemonstrationDataset([{"messages": chat}], CharTokenizer(chat_template=template))
     assert len(DemonstrationDataset([{"messages": chat[:2]}], CharTokenizer(chat_template=template))) == 1
+
+
+def test_a_template_that_ends_some_assistant_turns_differently_is_refused():
+    # Like Llama 3.1's <|eom_id|> after tool calls: the turn end measured on a plain reply does not match.
+    template = TOOL_TEMPLATE.replace("{% endfor %}<eos>", "{% endfor %}{% if message['tool_calls'] %}<eom>{% else %}<eos>{% endif %}")
+    with pytest.raises(DataFileError, match=r"record 1: the chat template ends assistant message 3 with '\)</call><eom>', not with its turn end"):
+        DemonstrationDataset([{"messages": TOOL_CHAT}], CharTokenizer(chat_template=template), max_length=256)
+
+
+def test_a_tools_column_must_be_a_list():
+    with pytest.raises(DataFileError, match="record 1: the 'tools' column must be a list of function schemas, got str"):
+        DemonstrationDataset([{"messages": TOOL_CHAT, "tools": "add"}], tool_tokenizer(), max_length=256)
