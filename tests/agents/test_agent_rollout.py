@@ -245,3 +245,17 @@ def test_greedy_validation_rollouts_run_the_agent_loop_too(agent_actor):
     assert len(out) == 2 and out.batch["responses"].shape[1] == WIDTH
     again = agent_actor.generate_sequences(digits_prompts(2, do_sample=False, n=1, validate=True))
     assert torch.equal(out.batch["responses"], again.batch["responses"])  # greedy: the same trajectories
+
+
+def test_packed_and_padded_passes_score_a_holed_batch_alike(agent_actor, rollout):
+    """Padding-free packing keeps every attended token (tool outputs too) and drops only the pads."""
+    from workers.log_probs import response_log_probs
+
+    worker = agent_actor.workers[0]
+    batch = {key: rollout.batch[key] for key in ("input_ids", "attention_mask", "position_ids", "responses")}
+    packed, _ = response_log_probs(worker.module, batch, device=worker.device, padding_free=True, with_entropy=False)
+    padded, _ = response_log_probs(worker.module, batch, device=worker.device, padding_free=False, with_entropy=False)
+    real = rollout.batch["attention_mask"][:, -WIDTH:].bool()
+    torch.testing.assert_close(packed[real], padded[real], rtol=1e-5, atol=1e-5)
+    mask = rollout.batch["response_mask"].bool()
+    assert float((packed - rollout.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-3
