@@ -6,13 +6,17 @@ then the **response**, every later token, with ``response_mask`` 1 on the tokens
 on the context between them (user, system and tool turns, and each assistant turn's role header).
 
 The rule, for each assistant message (``content`` and/or OpenAI ``tool_calls``): its labels are the
-tokens the chat template renders for it after its role header, up to the end of the turn, which is the
-end-of-sequence token (where a rollout stops generating):
+tokens the chat template renders for it after its role header, then the end-of-sequence token (where
+a rollout stops generating); the template's turn end is context after it:
 
-- a template whose turn end holds the end-of-sequence token (Qwen's ``<|im_end|>\\n``) keeps it: the
-  labels end at that token, and what the template renders after it (the newline) is context;
+- a template whose turn end begins with the end-of-sequence token (ChatML's ``<|im_end|>\\n``, the
+  eos of Qwen's chat models) has it learned where it renders it, and the rest (the newline) is context;
 - a template whose turn end does not (the character tokenizer's ``role: content\\n``) gets the
-  end-of-sequence token right after the message, and its turn end follows as context.
+  end-of-sequence token right after the message, and its whole turn end follows as context.
+
+This is the layout an agent rollout gives a trajectory (:mod:`rlhfctl.agents.chat_turns`: the engine
+stops on the eos token, and the rest of the turn end opens the next context), so the warm start
+teaches the policy the turns the rollout will ask of it.
 
 A single-turn chat therefore gives the prompt rendered with the generation prompt and the response
 ``content + <eos>``, as SFT always did. The template's turn end is what it renders after an assistant
@@ -133,15 +137,11 @@ class ChatLayout:
         self._end: tuple[str, list[int], list[int]] | None = None
 
     def _turn_end(self) -> tuple[str, list[int], list[int]]:
-        """The turn end's text, its learned part (through end-of-sequence, or one added) and the context after it."""
+        """The turn end's text, its learned part (the end-of-sequence token) and the context after it."""
         if self._end is None:
             text = turn_end(self.tokenizer)
             ids = self.encode(text)
-            if self.eos in ids:
-                cut = ids.index(self.eos) + 1
-                self._end = (text, ids[:cut], ids[cut:])
-            else:
-                self._end = (text, [self.eos], ids)
+            self._end = (text, [self.eos], ids[1:] if ids[:1] == [self.eos] else ids)
         return self._end
 
     def tokens(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> ChatTokens:

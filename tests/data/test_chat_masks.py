@@ -189,3 +189,17 @@ def test_a_template_that_ends_some_assistant_turns_differently_is_refused():
 def test_a_tools_column_must_be_a_list():
     with pytest.raises(DataFileError, match="record 1: the 'tools' column must be a list of function schemas, got str"):
         DemonstrationDataset([{"messages": TOOL_CHAT, "tools": "add"}], tool_tokenizer(), max_length=256)
+
+
+@pytest.mark.parametrize("template", [TOOL_TEMPLATE, None])
+def test_the_context_between_assistant_turns_is_what_an_agent_rollout_appends(template):
+    from rlhfctl.agents.chat_turns import ChatTurns
+
+    tokenizer = CharTokenizer(chat_template=template)
+    row = DemonstrationDataset([{"messages": TOOL_CHAT}], tokenizer, max_length=256)[0]
+    mask, response = row.response_mask, row.response_ids
+    first_end = mask.index(0)  # the first assistant turn ends with <eos>, as the engine's generation does
+    second_start = mask.index(1, first_end)
+    assert response[first_end - 1] == tokenizer.eos_token_id
+    rollout = ChatTurns(tokenizer, [tokenizer.eos_token_id]).token_ids([TOOL_CHAT[3]], tokenizer.eos_token_id)
+    assert list(response[first_end:second_start]) == rollout
