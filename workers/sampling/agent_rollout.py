@@ -129,6 +129,8 @@ class AgentRollout:
         self.loop_class = agent_loop_class(self.settings)
         self.spans: list[tuple[str, float, float]] = []
         self.last_rounds: list[int] = []
+        """The sizes of the last rollout's engine rounds, and the seconds spent in them (benchmarks/agent_rollout.py)."""
+        self.last_generate_s = 0.0
 
     def take_spans(self) -> list[tuple[str, float, float]]:
         """The rounds' and tool calls' spans since the last call (for the dispatch trace), then forgotten."""
@@ -146,7 +148,7 @@ class AgentRollout:
         loop = self.loop_class(context)
         llm = RoundBatchedLLM(self._traced(batch_generate), live=len(samples))
         trajectories = run_coroutine(_run_all(loop, samples, llm))
-        self.last_rounds = list(llm.rounds)
+        self.last_rounds, self.last_generate_s = list(llm.rounds), llm.seconds
         for trajectory in trajectories:
             self.spans.extend(trajectory.spans)
         return self._batch(prompts, params, trajectories)
