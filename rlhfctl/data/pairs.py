@@ -153,7 +153,7 @@ class _RecordReader:
     def require_chat_template(self, number: int) -> None:
         if not getattr(self.tokenizer, "chat_template", None):
             raise DataConfigError(
-                f"{self.source}: record {number} needs a chat template but the tokenizer has none; use a chat model's tokenizer (model.tokenizer_path)"
+                f"{self.source}: record {number} needs a chat template but the tokenizer has none; set model.chat_template or use a chat model's tokenizer (model.tokenizer_path)"
             )
 
     def chat(self, messages: list[Mapping[str, Any]], number: int) -> str:

@@ -90,8 +90,9 @@ class PromptDataset(Sequence[PromptRow]):
             raise DataConfigError(f"max_prompt_length must be a positive number of tokens, got {max_prompt_length}")
         if apply_chat_template and not getattr(tokenizer, "chat_template", None):
             raise DataConfigError(
-                f"{source}: apply_chat_template is set but the tokenizer has no chat template; use a chat "
-                "model's tokenizer (roles.actor.model.tokenizer_path), or set data.apply_chat_template to null "
+                f"{source}: apply_chat_template is set but the tokenizer has no chat template; set "
+                "roles.actor.model.chat_template, use a chat model's tokenizer (roles.actor.model.tokenizer_path), "
+                "or set data.apply_chat_template to null "
                 "(text prompts as they are)"
             )
         self.source = source

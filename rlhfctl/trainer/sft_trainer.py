@@ -1,4 +1,4 @@
-"""SFT: fine-tune the policy on demonstrations, loss on response tokens only (``algorithm.name: sft``).
+"""SFT: fine-tune the policy on demonstrations, loss on the learned tokens only (the response, or every assistant turn of a chat) (``algorithm.name: sft``).
 
 The trained role is ``roles.actor`` with ``worker: workers.sft.SFTWorker``. Metrics per step: ``loss``
 (mean negative log-likelihood per response token over the whole batch), ``grad_norm``, ``lr``,
