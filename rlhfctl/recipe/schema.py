@@ -317,6 +317,8 @@ class TrainerConfig:
     val_every: int = _field(0, "validate every this many steps (0: never)", min=0)
     critic_warmup_steps: int = _field(0, "steps that update only the critic before the actor starts", min=0)
     call_timeout_s: float = _field(1800, "seconds a worker-group call may take before the run fails", min_exclusive=0)
+    max_restarts: int = _field(0, "times a run restarts its workers from the latest checkpoint after a lost worker (a dead process or a call past call_timeout_s) before it exits 3 (0: exit at the first)", min=0)
+    restart_wait_s: float = _field(120, "seconds a restart waits for the pools' resources to be free again before it gives up (exit 3)", min=0)
     trace: bool = _field(False, "record a dispatch trace of every group call in output_dir")
     keep_last: int = _field(3, "checkpoints kept (0 keeps all)", min=0)
     save_on_interrupt: bool = _field(True, "save a checkpoint when interrupted (Ctrl-C)")

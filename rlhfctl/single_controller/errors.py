@@ -29,19 +29,23 @@ class WorkerMethodError(WorkerGroupError):
 
 
 class WorkerDiedError(WorkerGroupError, WorkerLost):
-    """A worker process exited (crash, OOM kill, kill -9) while the driver waited on it."""
+    """A worker process exited (crash, OOM kill, kill -9) while the driver waited on it; ``cause`` says so briefly."""
 
     def __init__(self, role: str, method: str, rank: int, detail: str = ""):
         self.role, self.method, self.rank = role, method, rank
+        self.detail = detail
+        self.cause = "process died"
         text = f"worker process for {role} rank {rank} died during {role}.{method}"
         super().__init__(text + (f": {detail}" if detail else ""))
 
 
 class WorkerTimeoutError(WorkerGroupError, WorkerLost):
-    """A group call did not finish within its time limit."""
+    """A group call did not finish within its time limit; ``rank`` is the first rank still running."""
 
     def __init__(self, role: str, method: str, timeout_s: float, pending_ranks: list[int]):
         self.role, self.method, self.timeout_s, self.pending_ranks = role, method, timeout_s, pending_ranks
+        self.rank = pending_ranks[0] if pending_ranks else None
+        self.cause = f"no answer within trainer.call_timeout_s={timeout_s:g} s"
         super().__init__(
             f"{role}.{method} did not finish within {timeout_s:g} s; ranks still running: {pending_ranks}. "
             "Raise trainer.call_timeout_s if the work is genuinely this slow."

@@ -130,15 +130,22 @@ def _wait_for(refs: list[Any], ranks: list[int], role: str, method: str, timeout
 
 def _raise_first_failure(ready: list[Any], refs: list[Any], ranks: list[int], role: str, method: str,
                          worker_class: str) -> None:
-    """Raise a named error for the lowest failed rank among ``ready``."""
+    """Raise a named error for the lowest failed rank among ``ready``; a rank whose process died comes first, since
+    its peers' errors (a collective whose other end is gone) are usually its doing."""
     import ray
 
     rank_of = dict(zip(refs, ranks))
-    for ref in sorted(ready, key=lambda r: rank_of[r]):
+    in_order = sorted(ready, key=lambda r: rank_of[r])
+    for ref in in_order:
         try:
             ray.get(ref)
         except ray.exceptions.RayActorError as error:
             raise WorkerDiedError(role, method, rank_of[ref], _first_line(error)) from None
+        except ray.exceptions.RayTaskError:
+            continue
+    for ref in in_order:
+        try:
+            ray.get(ref)
         except ray.exceptions.RayTaskError as error:
             cause = error.cause if getattr(error, "cause", None) is not None else error
             detail = f"{type(cause).__name__}: {cause}" if cause is not error else _first_line(error)
