@@ -73,6 +73,8 @@ def _validate(path: Path) -> Any:
     ({"environment": {"class": "bad_tools:Missing"}}, "rollout.multi_turn.environment.class", "no attribute"),
     ({"agent_loop": "bad_tools:Env"}, "rollout.multi_turn.agent_loop", "not a subclass of rlhfctl.agents.AgentLoop"),
     ({"format": "xml"}, "rollout.multi_turn.format", "no tool-call parser 'xml'"),
+    ({"max_response_tokens": 120}, "roles.actor.model.config.max_position_embeddings",
+     "128 positions cannot hold data.max_prompt_length + rollout.multi_turn.max_response_tokens = 152"),
 ])
 def test_validate_exits_2_naming_the_multi_turn_key(workdir, multi_turn, key, words):
     result = _validate(agent_recipe(workdir, **multi_turn))
