@@ -259,3 +259,27 @@ def test_packed_and_padded_passes_score_a_holed_batch_alike(agent_actor, rollout
     torch.testing.assert_close(packed[real], padded[real], rtol=1e-5, atol=1e-5)
     mask = rollout.batch["response_mask"].bool()
     assert float((packed - rollout.batch["rollout_log_probs"]).abs()[mask].max()) <= 1e-3
+
+
+def test_the_policy_tokens_of_each_row_are_the_tokens_the_hf_engine_generated(agent_actor, monkeypatch):
+    import workers.actor as actor_module
+
+    generated: dict[int, list[int]] = {}
+    original = actor_module.hf_batch_generate
+
+    def recording(*args, **kwargs):
+        inner = original(*args, **kwargs)
+
+        def generate(requests):
+            results = inner(requests)
+            for request, result in zip(requests, results):
+                generated.setdefault(request.order, []).extend(result.token_ids)
+            return results
+
+        return generate
+
+    monkeypatch.setattr(actor_module, "hf_batch_generate", recording)
+    out = agent_actor.generate_sequences(digits_prompts(2))
+    mask = out.batch["response_mask"].bool()
+    for row in range(len(out)):
+        assert out.batch["responses"][row][mask[row]].tolist() == generated[row]
