@@ -46,7 +46,8 @@ class LLM(Protocol):
     """The engine interface an :class:`~rlhfctl.agents.loop.AgentLoop` samples through."""
 
     async def generate(self, token_ids: Sequence[int], *, max_tokens: int, **sampling: Any) -> Generation:
-        """Sample a continuation of ``token_ids`` of at most ``max_tokens`` tokens."""
+        """Sample a continuation of ``token_ids`` of at most ``max_tokens`` tokens (the rollout's sampling
+        settings; the rollout workers' engine refuses per-call ``sampling`` keywords for now)."""
         ...
 
 
@@ -114,6 +115,11 @@ class _BoundLLM:
 
     async def generate(self, token_ids: Sequence[int], *, max_tokens: int, **sampling: Any) -> Generation:
         """Sample up to ``max_tokens`` new tokens after ``token_ids`` (batched with the other trajectories)."""
+        if sampling:  # the engines sample every round with the rollout's settings
+            raise ValueError(
+                f"llm.generate: per-call sampling settings ({', '.join(sorted(sampling))}) are not supported; every "
+                "turn samples with rollout.temperature, top_p, top_k and do_sample"
+            )
         if max_tokens < 1:
             return Generation([], [], finished=False)
         request = GenerationRequest(self.order, [int(token) for token in token_ids], int(max_tokens), dict(sampling))

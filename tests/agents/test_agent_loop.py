@@ -274,3 +274,9 @@ def test_an_environment_steps_each_turn_and_its_rewards_are_summed():
     users = [message["content"] for message in trajectory.messages if message["role"] == "user"]
     assert users[0] == "go:" and users[1] == "left 2" and "bad action" in users[2]
     assert "\nuser: left 2\nassistant: " in tok.decode(trajectory.response_ids)
+
+
+def test_per_call_sampling_settings_are_refused_by_name():
+    shared = RoundBatchedLLM(lambda requests: [], live=1)
+    with pytest.raises(ValueError, match="per-call sampling settings \\(temperature\\) are not supported"):
+        asyncio.run(shared.bind(0).generate([1, 2], max_tokens=4, temperature=0.5))
