@@ -59,7 +59,6 @@ def check_agents(cfg: Any) -> list[Issue]:
             f"{_KEY}.format: no tool-call parser {fmt!r} (registered: {', '.join(tool_call_parsers())}){did_you_mean(fmt, tool_call_parsers())}; "
             "register one with rlhfctl.agents.register_tool_call_parser in a module your tools import"
         )))
-    issues += _positions(cfg, multi_turn)
     if multi_turn.get("environment") and multi_turn.get("tools") and not multi_turn.get("agent_loop"):
         issues.append(warning(f"{_KEY}.tools", (
             f"{_KEY}.tools: with an environment the default loop steps the environment and calls no tool; "
@@ -67,18 +66,3 @@ def check_agents(cfg: Any) -> list[Issue]:
         )))
     return issues
 
-
-def _positions(cfg: Any, multi_turn: Mapping[str, Any]) -> list[Issue]:
-    """Inline models too short for a whole trajectory: the prompt plus ``max_response_tokens`` (the response
-    width of agent rollouts; ``check_models`` measures one turn, ``max_new_tokens``)."""
-    from rlhfctl.recipe.check_runtime import check_model
-    from rlhfctl.recipe.resolve import present_roles
-
-    needed = int(cfg.data.max_prompt_length) + int(multi_turn.get("max_response_tokens") or 0)
-    issues = []
-    for role in present_roles(cfg):
-        model = cfg.roles[role].get("model")
-        if model is not None:
-            found = check_model(role, model, needed, f"data.max_prompt_length + {_KEY}.max_response_tokens")
-            issues += [issue for issue in found if str(issue.key_path).endswith("max_position_embeddings")]
-    return issues

@@ -127,6 +127,7 @@ def _named_rewards(cfg: Any) -> list[Issue]:
 
 def _dynamic_sampling(cfg: Any) -> list[Issue]:
     """DAPO's group filter needs groups; the overlong buffer fits inside the response budget."""
+    from rlhfctl.agents.trajectory import response_width
     from rlhfctl.algorithms.overlong import overlong_buffer_problem
 
     issues = []
@@ -138,7 +139,7 @@ def _dynamic_sampling(cfg: Any) -> list[Issue]:
     reward = cfg.roles.get("reward")
     buffer = None if reward is None else reward.get("overlong_buffer")
     if buffer is not None and buffer.enable:
-        problem = overlong_buffer_problem(buffer, int(cfg.rollout.max_new_tokens))
+        problem = overlong_buffer_problem(buffer, response_width(cfg.rollout))
         if problem:
             issues.append(error("roles.reward.overlong_buffer.len", problem))
     return issues

@@ -124,13 +124,22 @@ def _visible_gpus() -> int | None:
 
 def check_models(cfg: Any) -> list[Issue]:
     """Errors for local model paths that do not exist and inline configs too short for prompt + response."""
-    needed = int(cfg.data.max_prompt_length) + int(cfg.rollout.max_new_tokens)
+    prompt, response, key = rollout_row(cfg)
+    needed, label = prompt + response, f"data.max_prompt_length + {key}"
     issues = []
     for role in present_roles(cfg):
         model = cfg.roles[role].get("model")
         if model is not None:
-            issues += check_model(role, model, needed, "data.max_prompt_length + rollout.max_new_tokens")
+            issues += check_model(role, model, needed, label)
     return issues
+
+
+def rollout_row(cfg: Any) -> tuple[int, int, str]:
+    """A rollout row's prompt tokens, its response width, and the recipe key that gives the width."""
+    from rlhfctl.agents.trajectory import response_width
+
+    key = "rollout.multi_turn.max_response_tokens" if cfg.rollout.multi_turn.enable else "rollout.max_new_tokens"
+    return int(cfg.data.max_prompt_length), response_width(cfg.rollout), key
 
 
 def check_model(role: str, model: Any, needed_positions: int, needed_by: str) -> list[Issue]:
@@ -265,8 +274,8 @@ def longest_row(cfg: Any) -> tuple[int, str]:
         return int(data.max_length), f"data.max_length {int(data.max_length)}"
     if name in ("reward_model", "dpo"):
         return 2 * int(data.max_length), f"a pair, 2 x data.max_length {int(data.max_length)}"
-    prompt, response = int(data.max_prompt_length), int(cfg.rollout.max_new_tokens)
-    return prompt + response, f"data.max_prompt_length {prompt} + rollout.max_new_tokens {response}"
+    prompt, response, key = rollout_row(cfg)
+    return prompt + response, f"data.max_prompt_length {prompt} + {key} {response}"
 
 
 def check_token_budgets(cfg: Any) -> list[Issue]:

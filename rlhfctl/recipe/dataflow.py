@@ -144,6 +144,8 @@ def training_step(cfg: Any) -> list[StepCall]:
 def resolve_dims(spec: TensorSpec, rows: int, cfg: Any) -> tuple[int, ...]:
     """Concrete shape of ``spec`` for ``rows`` rows under this recipe's lengths."""
     prompt_len = int(cfg.data.max_prompt_length)
-    response_len = int(cfg.rollout.max_new_tokens)
+    from rlhfctl.agents.trajectory import response_width
+
+    response_len = response_width(cfg.rollout)  # max_new_tokens, or the whole trajectory of agent rollouts
     sizes = {"rows": rows, "prompt_len": prompt_len, "response_len": response_len, "seq_len": prompt_len + response_len}
     return tuple(sizes[dim] for dim in spec.dims)

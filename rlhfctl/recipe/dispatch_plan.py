@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlhfctl.agents.trajectory import response_width
 from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
 from rlhfctl.recipe.check_runtime import worker_classes
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
@@ -144,7 +145,7 @@ def build_dispatch_plan(cfg: Any, batch_size: int | None = None) -> dict[str, An
     return {
         "format_version": FORMAT_VERSION,
         "batch": {"prompts": prompts, "n": int(cfg.rollout.n), "samples": samples,
-                  "prompt_length": int(cfg.data.max_prompt_length), "response_length": int(cfg.rollout.max_new_tokens)},
+                  "prompt_length": int(cfg.data.max_prompt_length), "response_length": response_width(cfg.rollout)},
         "pools": {name: pool.to_dict() for name, pool in pools.items()},
         "roles": roles,
         "dataflow": dataflow,

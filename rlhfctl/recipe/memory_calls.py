@@ -188,10 +188,12 @@ def _data(recipe: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def sequence_length(recipe: Mapping[str, Any]) -> int:
-    """Prompt + response tokens of a rollout row (``data.max_prompt_length`` + ``rollout.max_new_tokens``)."""
+    """Prompt + response tokens of a rollout row (``data.max_prompt_length`` + the response width: ``rollout.max_new_tokens``,
+    or ``multi_turn.max_response_tokens`` for agent rollouts)."""
+    from rlhfctl.agents.trajectory import response_width
     from workers.recipe import rollout_config
 
-    return int(_data(recipe)["max_prompt_length"]) + int(rollout_config(recipe)["max_new_tokens"])
+    return int(_data(recipe)["max_prompt_length"]) + response_width(rollout_config(recipe))
 
 
 def samples_per_step(recipe: Mapping[str, Any]) -> int:
@@ -384,7 +386,9 @@ def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank
     from rlhfctl.recipe.resolve import reference_source
     from workers.recipe import rollout_config
 
-    length, response = sequence_length(recipe), int(rollout_config(recipe)["max_new_tokens"])
+    from rlhfctl.agents.trajectory import response_width
+
+    length, response = sequence_length(recipe), response_width(rollout_config(recipe))
     rows = {role: math.ceil(samples_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
     micro = {role: _role_settings(recipe, role).get("micro_batch_size") for role in roles if role != "reward"}
     calls: list[tuple[str, str, list[Term]]] = []
