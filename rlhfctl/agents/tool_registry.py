@@ -62,6 +62,14 @@ def tool_classes(multi_turn: Mapping[str, Any]) -> list[tuple[type, dict[str, An
     return found
 
 
+def chat_tools(multi_turn: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The tools' function schemas for the chat template (``tools=``), so the model is told what it may call;
+    None without agent rollouts or tools."""
+    if not multi_turn.get("enable") or not multi_turn.get("tools"):
+        return None
+    return [dict(cls.schema) for cls, _, _ in tool_classes(multi_turn)]
+
+
 def build_tools(multi_turn: Mapping[str, Any]) -> dict[str, Any]:
     """Tool name -> the tool, each built once with its ``config``."""
     tools = {}

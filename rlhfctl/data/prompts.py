@@ -81,6 +81,7 @@ class PromptDataset(Sequence[PromptRow]):
         overlong: str = "error",
         apply_chat_template: bool | None = False,
         source: str = "<records>",
+        chat_tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         if tokenizer is None:
             raise TypeError("PromptDataset needs a tokenizer (tokenizer=...)")
@@ -96,6 +97,8 @@ class PromptDataset(Sequence[PromptRow]):
                 "(text prompts as they are)"
             )
         self.source = source
+        self.chat_tools = list(chat_tools) if chat_tools else None
+        """Function schemas the chat template shows the model (agent rollouts' tools), or None."""
         self.prompt_key = prompt_key
         self.max_prompt_length = max_prompt_length
         self.overlong = overlong
@@ -134,11 +137,12 @@ class PromptDataset(Sequence[PromptRow]):
         elif not getattr(tokenizer, "chat_template", None):
             raise DataFileError(
                 f"{self.source}: record {number}: the prompt is a list of {{role, content}} messages, rendered with "
-                "the chat template, but the tokenizer has none; use a chat model's tokenizer "
-                "(roles.actor.model.tokenizer_path), or give text prompts"
+                "the chat template, but the tokenizer has none; set roles.actor.model.chat_template, use a chat "
+                "model's tokenizer (roles.actor.model.tokenizer_path), or give text prompts"
             )
         else:
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            tools = {"tools": self.chat_tools} if self.chat_tools else {}
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **tools)
         if not text:
             raise DataFileError(f"{self.source}: record {number}: the prompt is empty")
         return text, messages

@@ -165,8 +165,10 @@ def _render(cfg: Any, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], 
     except (AttributeError, DataFileError):
         return None, []  # preflight's sample reports a record without a prompt or with one the setting cannot use
     try:
+        from rlhfctl.agents.tool_registry import chat_tools
+
         dataset = PromptDataset(records, prompt_key=str(cfg.data.prompt_key), tokenizer=tokenizer,
-                                apply_chat_template=chat, source=name)
+                                apply_chat_template=chat, source=name, chat_tools=chat_tools(cfg.rollout.multi_turn))
     except DataConfigError as failure:
         return None, [error("data.apply_chat_template", f"data.apply_chat_template: {failure}")]
     except DataFileError as failure:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
+from rlhfctl.agents.tool_registry import chat_tools
 from rlhfctl.data import PromptBatcher, PromptDataset, collate_prompts, load_records
 from rlhfctl.protocol import DataProto
 from rlhfctl.tasks import get_task
@@ -51,6 +52,7 @@ def build_dataset(cfg: DictConfig, tokenizer: Any, split: str) -> PromptDataset 
         overlong=cfg.data.overlong,
         apply_chat_template=cfg.data.apply_chat_template,
         source=source,
+        chat_tools=chat_tools(cfg.rollout.multi_turn),
     )
 
 
