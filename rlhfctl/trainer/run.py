@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -14,6 +15,7 @@ from rlhfctl.single_controller.rank_progress import watch_rank_progress
 from rlhfctl.trace import brief_summary
 from rlhfctl.trainer.output_dir import prepare_output_dir
 from rlhfctl.trainer.reporting import Reporter
+from rlhfctl.trainer.restarts import CountedLoggers, RestartPolicy, pool_needs, restart_recipe
 from rlhfctl.trainer.trainer_base import TrainerBase
 
 __all__ = ["ALGORITHMS", "make_trainer", "run_training"]
@@ -67,38 +69,83 @@ def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str,
 
 
 def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
-    """Build the trainer, fit, summarise; save on an interrupt or stop signal; always stop what was started."""
+    """Build the trainer, fit, summarise; restart after a lost worker (``trainer.max_restarts``); save on an
+    interrupt or stop signal; always stop what was started."""
     trainer = None
     observer = getattr(reporter, "rank_progress", None) if cfg.trainer.live_progress else None
+    restarts = RestartPolicy.from_cfg(cfg)
     try:
         with watch_rank_progress(cfg.ray.backend, observer):  # stops polling before Ray goes down
-            trainer = make_trainer(cfg, reporter)
-            for group in trainer.groups.all():
-                group.observers.append(_DispatchForwarder(reporter))
-            reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
-                                  "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
-            trainer.setup()
-            try:
-                trainer.fit()
-                trainer.wait_for_checkpoint()  # the last save's background write
-            except (KeyboardInterrupt, WorkerLost) as error:
-                stop = stop_cause(error)  # a stop signal may surface as a bare KeyboardInterrupt or a lost worker
-                if not isinstance(stop, KeyboardInterrupt):
-                    raise  # a worker lost on its own
-                if isinstance(error, WorkerLost):  # the signal reached the workers too: nothing left to save
-                    reporter.message(f"{stop}: {error}; the previous checkpoint is kept")
-                else:
-                    _save_on_interrupt(trainer, cfg, reporter, stop)
-                if stop is error:
-                    raise
-                raise stop from error
-            return _finish(trainer, reporter)
+            while True:
+                trainer = None
+                try:
+                    trainer = _start_trainer(cfg, reporter, restarts.restarts)
+                    _fit(trainer, cfg, reporter)
+                    return _finish(trainer, reporter)
+                except WorkerLost as error:
+                    if stop_cause(error) is not error:
+                        raise  # a stop signal reached the workers: stop_on_signals names it
+                    cfg = _restart(cfg, trainer, restarts, error, reporter)
     finally:
         with safe_point_pending():  # a stop signal that arrives now waits until everything is stopped
             if trainer is not None:
                 trainer.shutdown()
             if session is not None:
                 session.shutdown()
+
+
+def _start_trainer(cfg: DictConfig, reporter: Any, restarts: int) -> TrainerBase:
+    """A trainer with its groups built, set up (resumed when the recipe says so); ``run/restarts`` logged after a restart."""
+    trainer = make_trainer(cfg, reporter)
+    try:
+        for group in trainer.groups.all():
+            group.observers.append(_DispatchForwarder(reporter))
+        reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
+                              "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
+        trainer.setup()
+    except BaseException:
+        trainer.shutdown()  # a failed setup leaves no worker behind
+        raise
+    if restarts:
+        trainer.metrics_log = CountedLoggers(trainer.metrics_log, restarts)
+    return trainer
+
+
+def _fit(trainer: TrainerBase, cfg: DictConfig, reporter: Any) -> None:
+    """Fit and wait for the last save; on Ctrl-C or a stop signal, save what can be saved and raise the stop."""
+    try:
+        trainer.fit()
+        trainer.wait_for_checkpoint()  # the last save's background write
+    except (KeyboardInterrupt, WorkerLost) as error:
+        stop = stop_cause(error)  # a stop signal may surface as a bare KeyboardInterrupt or a lost worker
+        if not isinstance(stop, KeyboardInterrupt):
+            raise  # a worker lost on its own
+        if isinstance(error, WorkerLost):  # the signal reached the workers too: nothing left to save
+            reporter.message(f"{stop}: {error}; the previous checkpoint is kept")
+        else:
+            _save_on_interrupt(trainer, cfg, reporter, stop)
+        if stop is error:
+            raise
+        raise stop from error
+
+
+def _restart(cfg: DictConfig, trainer: TrainerBase | None, restarts: RestartPolicy, error: WorkerLost,
+             reporter: Any) -> DictConfig:
+    """Record the lost worker (raises when no restart is left), stop every group, wait for the pools' resources and
+    return the recipe of the next attempt, which resumes from the latest complete checkpoint."""
+    step = trainer.completed_step + 1 if trainer is not None else 0
+    started_at = getattr(trainer, "start_step", 0)
+    failure = restarts.record(error, step)
+    needs = pool_needs(trainer.groups.pools) if trainer is not None else {}
+    with safe_point_pending():  # a stop signal waits until the groups are down
+        if trainer is not None:
+            trainer.shutdown()
+    restarts.wait_for_resources(needs, error)
+    cfg, resume_from = restart_recipe(cfg, Path(cfg.trainer.output_dir), started_at)
+    where = f"from {resume_from}" if resume_from is not None else "from step 0 (no checkpoint yet)"
+    reporter.message(f"restart {len(restarts.failures)}/{restarts.max_restarts}: {failure}; starting fresh workers "
+                     f"{where}", "warning")
+    return cfg
 
 
 def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:

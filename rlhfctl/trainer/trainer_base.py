@@ -79,8 +79,9 @@ class TrainerBase:
         resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
         if resume_from is not None:
             self._load(resume_from)
+        resuming = resume_from is not None or str(self.cfg.trainer.resume) != "never"  # auto with no checkpoint: step 0
         self.metrics_log = build_loggers(self.cfg, self.output_dir, self.reporter,
-                                         resume_after_step=self.start_step if resume_from else None)
+                                         resume_after_step=self.start_step if resuming else None)
         (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
 
     def _write_placement(self) -> None:
