@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_agents import check_agents
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
+from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_runtime import (
     check_data,
     check_loggers,
@@ -106,7 +107,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
-    report.issues += check_loggers(cfg)
+    report.issues += check_loggers(cfg) + check_restarts(cfg)
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
         report.issues += stage_issues + check_token_budgets(cfg)

@@ -31,7 +31,7 @@ POLL_S = 0.5
 
 @dataclass(frozen=True)
 class Failure:
-    """One lost worker: the step in progress, and who was lost where and why."""
+    """One lost worker: the last step the run had completed, and who was lost where and why."""
 
     step: int
     role: str
@@ -46,7 +46,7 @@ class Failure:
                    str(getattr(error, "method", "?")), str(getattr(error, "cause", None) or type(error).__name__))
 
     def __str__(self) -> str:
-        return f"step {self.step}: {self.role} rank {self.rank} lost during {self.role}.{self.method} ({self.cause})"
+        return f"after step {self.step}: {self.role} rank {self.rank} lost during {self.role}.{self.method} ({self.cause})"
 
 
 class RestartsExhausted(WorkerLost):
@@ -114,9 +114,10 @@ def _ray_available() -> dict[str, float] | None:
 
 
 def wait_for_resources(needs: dict[str, float], wait_s: float,
-                       available: Callable[[], dict[str, float] | None] = _ray_available) -> bool:
+                       available: Callable[[], dict[str, float] | None] | None = None) -> bool:
     """Whether Ray's free resources cover ``needs`` within ``wait_s`` seconds (polled; the dead actors' and the
     released placement groups' CPUs and GPUs come back as Ray notices them)."""
+    available = available or _ray_available
     deadline = time.monotonic() + wait_s
     while True:
         try:

@@ -133,7 +133,7 @@ def _restart(cfg: DictConfig, trainer: TrainerBase | None, restarts: RestartPoli
              reporter: Any) -> DictConfig:
     """Record the lost worker (raises when no restart is left), stop every group, wait for the pools' resources and
     return the recipe of the next attempt, which resumes from the latest complete checkpoint."""
-    step = trainer.completed_step + 1 if trainer is not None else 0
+    step = trainer.completed_step if trainer is not None else 0
     started_at = getattr(trainer, "start_step", 0)
     failure = restarts.record(error, step)
     needs = pool_needs(trainer.groups.pools) if trainer is not None else {}
