@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhfctl.errors import UserError
-from rlhfctl.tasks import digits, preferences
+from rlhfctl.tasks import arithmetic, digits, preferences
 from rlhfctl.tasks.reward_fn import RewardFn, check_reward_inputs
 
 __all__ = ["RewardFn", "Task", "UnknownTaskError", "check_reward_inputs", "get_task", "task_names"]
@@ -38,6 +38,12 @@ _TASKS: dict[str, Task] = {
         Task("digits", digits.make_prompts, digits.score, "reward = fraction of response characters that are digits",
              preferences.make_demonstrations, preferences.make_preferences),
         Task("copy", digits.make_prompts, digits.copy_score, "reward = partial credit for reproducing the digits"),
+        Task("arithmetic", arithmetic.make_prompts, arithmetic.score,
+             "reward = 1 when the final answer is the product; demonstrations call the calculator tool",
+             arithmetic.make_demonstrations),
+        Task("arithmetic-direct", arithmetic.make_prompts, arithmetic.score,
+             "the arithmetic task with demonstrations that answer without the tool (the model-alone baseline)",
+             arithmetic.make_direct_demonstrations),
     )
 }
 
