@@ -56,7 +56,8 @@ def steps_of(path: Path) -> list[int]:
 
 
 def assert_same_checkpoint(straight: Path, healed: Path) -> None:
-    """Every file byte-equal, but DCP's index (which names the directory it was written in): its entries equal."""
+    """Every file byte-equal, but DCP's index (which names the directory it was written in): its entries equal, and the
+    manifest (which holds the index's size): the same files."""
     names = sorted(str(p.relative_to(straight)) for p in straight.rglob("*") if p.is_file())
     assert names == sorted(str(p.relative_to(healed)) for p in healed.rglob("*") if p.is_file())
     for name in names:
@@ -65,6 +66,9 @@ def assert_same_checkpoint(straight: Path, healed: Path) -> None:
 
             index = [FileSystemReader(str((root / name).parent)).read_metadata() for root in (straight, healed)]
             assert index[0].state_dict_metadata == index[1].state_dict_metadata, name
+        elif name == "complete.json":
+            listed = [json.loads((root / name).read_text())["files"].keys() for root in (straight, healed)]
+            assert listed[0] == listed[1]
         else:
             assert (straight / name).read_bytes() == (healed / name).read_bytes(), name
 
