@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from rlhfctl.algorithms import agg_loss, get_policy_loss, kl_penalty, truncated_importance_weights
+from rlhfctl.algorithms.losses import importance_weight_stats
 from rlhfctl.algorithms.masked import masked_mean
+from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
@@ -324,18 +326,30 @@ class ActorWorker(TrainableRoleWorker):
         mask = micro["response_mask"]
         old = log_probs.detach() if on_policy else micro["old_log_probs"].to(log_probs.dtype)
         engine_log_probs = micro.get("rollout_log_probs")
+        engine = None if engine_log_probs is None else engine_log_probs.to(old.dtype)
         cap = self.rollout.get("importance_cap")
-        weights = None
-        if engine_log_probs is not None and cap is not None:
-            weights = truncated_importance_weights(old, engine_log_probs.to(old.dtype), float(cap))
+        name = str(config.get("policy_loss") or "vanilla")
+        weights, behaviour, weight_metrics = None, {}, {}
+        if policy_loss_takes_behaviour(name):  # e.g. decoupled_ppo: the engine is the behaviour policy (None: hf)
+            if cap is not None:
+                raise ValueError(
+                    f"rollout.importance_cap and roles.actor.policy_loss={name} both weigh each token by "
+                    "pi_old/pi_engine, so it would count twice; remove rollout.importance_cap (decoupled_ppo caps "
+                    "with roles.actor.behav_imp_weight_cap)"
+                )
+            behaviour = {"behaviour_log_prob": engine}
+        elif engine is not None and cap is not None:
+            weights = truncated_importance_weights(old, engine, float(cap))
+            weight_metrics = importance_weight_stats(old, engine, mask, float(cap))
         scale = config.get("loss_scale_factor") or response_width(self.rollout)  # seq-mean-token-sum-norm's constant
         loss_config = {**config, "loss_scale_factor": scale}
-        pg_loss, pg_metrics = get_policy_loss(str(config.get("policy_loss") or "vanilla"))(
-            old, log_probs, micro["advantages"].to(log_probs.dtype), mask, agg, loss_config, token_weights=weights
+        pg_loss, pg_metrics = get_policy_loss(name)(
+            old, log_probs, micro["advantages"].to(log_probs.dtype), mask, agg, loss_config, token_weights=weights,
+            **behaviour,
         )
         entropy_loss = agg_loss(entropy, mask, agg, scale)
         loss = pg_loss - coeff * entropy_loss
-        metrics = {"pg_loss": pg_loss.detach(), **pg_metrics, "entropy": entropy_loss.detach()}
+        metrics = {"pg_loss": pg_loss.detach(), **pg_metrics, **weight_metrics, "entropy": entropy_loss.detach()}
         if engine_log_probs is not None:  # the sync's health: the engine and the actor score the same weights
             metrics["logprob_diff"] = masked_mean((old - engine_log_probs.to(old.dtype)).abs(), mask)
         if use_kl:

@@ -18,6 +18,7 @@ __all__ = [
     "LOSS_AGG_MODES",
     "agg_loss",
     "entropy_from_logits",
+    "importance_weight_stats",
     "ppo_policy_loss",
     "token_log_probs",
     "value_loss",
@@ -143,6 +144,32 @@ def truncated_importance_weights(old_log_prob: torch.Tensor, rollout_log_prob: t
         raise ValueError(f"the importance cap must be > 0, got {cap}")
     log_ratio = torch.clamp(old_log_prob - rollout_log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
     return torch.exp(log_ratio).clamp(max=cap).detach()
+
+
+def importance_weight_stats(
+    proximal_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor, response_mask: torch.Tensor, cap: float | None = None
+) -> dict[str, torch.Tensor]:
+    """Statistics of the behaviour importance weights over valid tokens, before any cap:
+
+    .. math:: w = \\exp(\\operatorname{clamp}(\\log\\pi_{prox} - \\log\\pi_{behav}, -20, 20))
+
+    ``behav_imp_weight/mean``, ``/max``, ``/min`` of :math:`w`, and ``/capped_fraction``: the share of valid
+    tokens with :math:`w > C` (those :func:`truncated_importance_weights` truncates and ``decoupled_ppo``'s
+    ``behav_imp_weight_cap`` masks; 0 without a cap). 0-dim detached tensors; an empty mask gives 0 for each.
+    """
+    with torch.no_grad():
+        valid = response_mask.to(torch.bool)
+        log_ratio = torch.clamp(proximal_log_prob - behaviour_log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+        weights = torch.exp(log_ratio.detach())
+        zero = weights.new_zeros(())
+        some = valid.any()
+        capped = weights > cap if cap is not None else torch.zeros_like(valid)
+        return {
+            "behav_imp_weight/mean": masked_mean(weights, valid),
+            "behav_imp_weight/max": torch.where(some, weights.masked_fill(~valid, -torch.inf).amax(), zero),
+            "behav_imp_weight/min": torch.where(some, weights.masked_fill(~valid, torch.inf).amin(), zero),
+            "behav_imp_weight/capped_fraction": masked_mean(capped.to(weights.dtype), valid),
+        }
 
 
 def value_loss(

@@ -4,25 +4,32 @@ Every loss is ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_m
 token_weights=None) -> (loss, metrics)``: tensors are (batch, response_len); ``config`` is a mapping of the
 actor's loss settings (``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``, ``clip_cov_ratio``, ...,
 ``loss_scale_factor``); ``token_weights`` (detached, e.g. truncated importance weights) multiply the token
-losses. Metrics are 0-dim detached tensors named as verl's without the ``actor/`` prefix.
+losses. Metrics are 0-dim detached tensors named as verl's without the ``actor/`` prefix. A loss that declares
+the keyword ``behaviour_log_prob=None`` also gets the log-probs of the behaviour policy that sampled the tokens
+(the vllm engine's ``rollout_log_probs``; None where the actor sampled them itself, the hf engine).
 
-Each built-in is numerically equal to the function of the same name in verl 0.9
-``verl.trainer.ppo.core_algos`` (tests/algorithms/fixtures/make_verl_policy_losses.py). A key a loss reads is
-declared once, at registration (``uses=``), so validation can reject a setting the chosen loss ignores.
+Each built-in but ``decoupled_ppo`` (which verl does not have) is numerically equal to the function of the same
+name in verl 0.9 ``verl.trainer.ppo.core_algos`` (tests/algorithms/fixtures/make_verl_policy_losses.py). A key
+a loss reads is declared once, at registration (``uses=``), so validation can reject a setting the chosen loss
+ignores.
 A setting left null takes verl's default (the ``_DEFAULTS`` below).
 """
 
 from __future__ import annotations
 
+import inspect
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 
-from .losses import agg_loss, ppo_policy_loss
+from .losses import agg_loss, importance_weight_stats, ppo_policy_loss
 from .masked import masked_mean
 
-__all__ = ["POLICY_LOSSES", "PolicyLossFn", "get_policy_loss", "policy_loss_keys", "register_policy_loss"]
+__all__ = [
+    "POLICY_LOSSES", "PolicyLossFn", "get_policy_loss", "policy_loss_keys", "policy_loss_takes_behaviour",
+    "register_policy_loss",
+]
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 F = TypeVar("F", bound=PolicyLossFn)
@@ -30,6 +37,7 @@ F = TypeVar("F", bound=PolicyLossFn)
 _REGISTRY: dict[str, PolicyLossFn] = {}
 _USES: dict[str, tuple[str, ...]] = {}
 _ROW_MEANS: set[str] = set()  # losses that average over rows whatever loss_agg_mode says
+_TAKES_BEHAVIOUR: set[str] = set()  # losses whose signature declares behaviour_log_prob
 
 #: Read-only live view of the registered policy losses, name -> function.
 POLICY_LOSSES: Mapping[str, PolicyLossFn] = MappingProxyType(_REGISTRY)
@@ -50,6 +58,9 @@ def register_policy_loss(name: str, *, uses: tuple[str, ...] = (), averages_rows
     ``averages_rows``: the loss is a mean over rows whatever ``loss_agg_mode`` says (GMPO, SAPO), so
     micro-batches that accumulate it are weighed by their rows, not their tokens.
 
+    A loss whose signature has a ``behaviour_log_prob`` parameter is given the behaviour policy's log-probs
+    (read once, here, from the signature: :func:`policy_loss_takes_behaviour`).
+
     Registering a different function under a taken name raises ``ValueError`` unless ``override=True``.
     """
     if not isinstance(name, str) or not name:
@@ -68,6 +79,9 @@ def register_policy_loss(name: str, *, uses: tuple[str, ...] = (), averages_rows
         _ROW_MEANS.discard(name)
         if averages_rows:
             _ROW_MEANS.add(name)
+        _TAKES_BEHAVIOUR.discard(name)
+        if "behaviour_log_prob" in inspect.signature(fn).parameters:
+            _TAKES_BEHAVIOUR.add(name)
         return fn
 
     return decorator
@@ -85,6 +99,12 @@ def policy_loss_averages_rows(name: str) -> bool:
     """Whether the loss ``name`` is a mean over rows whatever the aggregation (see ``register_policy_loss``)."""
     get_policy_loss(name)
     return name in _ROW_MEANS
+
+
+def policy_loss_takes_behaviour(name: str) -> bool:
+    """Whether the loss ``name`` declares ``behaviour_log_prob`` (the caller passes it, or None without one)."""
+    get_policy_loss(name)
+    return name in _TAKES_BEHAVIOUR
 
 
 def policy_loss_keys(name: str) -> tuple[str, ...]:
@@ -317,3 +337,45 @@ def sapo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, confi
     loss = _agg(_weighted(-gates * advantages, token_weights), response_mask, "seq-mean-token-mean", config)
     zero = torch.zeros((), dtype=m.dtype, device=m.device)
     return loss, _detached({"pg_clipfrac": zero, "pg_clipfrac_lower": zero, "ppo_kl": _verl_mean(-log_ratio, m)})
+
+
+@register_policy_loss("decoupled_ppo", uses=("clip_ratio_low", "clip_ratio_high", "behav_imp_weight_cap"))
+def decoupled_ppo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, token_weights=None,
+                  behaviour_log_prob=None):
+    """Decoupled PPO: the clip is around the proximal policy, and a separate weight corrects for the behaviour policy
+    that sampled (Hilton et al. 2022, "Batch size-invariance for policy optimization", arXiv:2110.00641; the
+    objective AReaL trains asynchronously with, Fu et al. 2025, arXiv:2505.24298).
+
+    .. math:: w = \\operatorname{sg}\\Big[\\frac{\\pi_{prox}}{\\pi_{behav}}\\Big],\\quad r = \\frac{\\pi_\\theta}{\\pi_{prox}},\\quad
+              L = -w\\,\\min\\big(rA,\\; \\operatorname{clip}(r, 1-\\epsilon_{low}, 1+\\epsilon_{high})A\\big)
+
+    :math:`\\pi_{behav}` is ``behaviour_log_prob`` (the engine's log-probs of the sampled tokens),
+    :math:`\\pi_{prox}` is ``old_log_prob`` (the actor's, recomputed before the update), :math:`\\pi_\\theta` is
+    ``log_prob``. Without ``behaviour_log_prob`` (the hf engine samples with the actor itself) :math:`w = 1` and this
+    is ``vanilla`` without the dual clip. With ``behav_imp_weight_cap`` C, a token with :math:`w > C` gets
+    :math:`w = 0`: it leaves the sum but still counts in the ``loss_agg_mode`` denominator, as AReaL's
+    ``ppo_actor_loss_fn`` (``areal/utils/functional.py``: ``behav_mask = behav_imp_weight <= cap``, the loss
+    summed over the mask divided by all valid tokens). Both log-ratios are clamped to [-20, 20] before ``exp``,
+    as ``vanilla``. Metrics: ``pg_clipfrac``, ``ppo_kl`` (:math:`\\log\\pi_{prox} - \\log\\pi_\\theta`) and
+    :func:`rlhfctl.algorithms.losses.importance_weight_stats` of :math:`w`. verl 0.9 has no loss of this name.
+    """
+    cap = config.get("behav_imp_weight_cap")
+    if cap is not None and not float(cap) > 1.0:
+        raise ValueError(f"behav_imp_weight_cap must be > 1 (null: no cap), got {cap}")
+    m = response_mask.to(log_prob.dtype)
+    proximal = old_log_prob.detach()
+    behaviour = proximal if behaviour_log_prob is None else behaviour_log_prob.detach().to(proximal.dtype)
+    weights = torch.exp(torch.clamp(proximal - behaviour, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP))
+    if cap is not None:
+        weights = torch.where(weights <= float(cap), weights, torch.zeros_like(weights))
+    log_ratio = torch.clamp(log_prob - proximal, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1 - float(config["clip_ratio_low"]), 1 + float(config["clip_ratio_high"]))
+    losses = torch.maximum(unclipped, clipped) * weights
+    loss = _agg(_weighted(losses, token_weights), response_mask, loss_agg_mode, config)
+    return loss, _detached({
+        "pg_clipfrac": masked_mean((clipped > unclipped).to(m.dtype), m),
+        "ppo_kl": masked_mean(-log_ratio, m),
+        **importance_weight_stats(proximal, behaviour, response_mask, None if cap is None else float(cap)),
+    })

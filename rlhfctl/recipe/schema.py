@@ -117,6 +117,7 @@ class ActorRole:
     ppo_kl_coef: Optional[float] = _field(None, "kl_cov: weight of the |log-ratio| penalty (null: 0.1)", min=0)
     tau_pos: Optional[float] = _field(None, "sapo: gate temperature for positive advantages (null: 1.0)", min_exclusive=0)
     tau_neg: Optional[float] = _field(None, "sapo: gate temperature for other advantages (null: 1.05)", min_exclusive=0)
+    behav_imp_weight_cap: Optional[float] = _field(None, "decoupled_ppo: tokens whose behaviour weight pi_prox/pi_behav exceeds it leave the loss (null: no cap)", min_exclusive=1)
     padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
     micro_batch_tokens: Optional[int] = _field(None, "form training micro-batches by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
