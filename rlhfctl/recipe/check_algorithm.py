@@ -95,6 +95,12 @@ def _policy_loss(cfg: Any) -> list[Issue]:
         ))
         for setting in sorted(optional - used) if actor.get(setting) is not None
     ]
+    if name == "decoupled_ppo" and cfg.rollout.get("importance_cap") is not None:
+        issues.append(error("rollout.importance_cap", (
+            "rollout.importance_cap: decoupled_ppo already weighs each token by proximal / behaviour probability; "
+            "truncated importance sampling would weigh it twice. Remove it (cap the weight with "
+            "roles.actor.behav_imp_weight_cap instead) or use another policy loss"
+        )))
     if actor.get("loss_scale_factor") is not None and str(actor.loss_agg_mode) != "seq-mean-token-sum-norm":
         issues.append(error("roles.actor.loss_scale_factor", (
             "roles.actor.loss_scale_factor: only loss_agg_mode seq-mean-token-sum-norm divides by it; "

@@ -49,3 +49,9 @@ def test_gdpo_keys_for_another_estimator_exit_2(recipe_file):
     result = validate_cli(recipe_file, "algorithm.gdpo_reward_keys=[acc]")
     assert result.exit_code == 2
     assert "algorithm.gdpo_reward_keys" in result.stderr and "only adv_estimator gdpo" in result.stderr
+
+
+def test_decoupled_ppo_with_truncated_importance_sampling_exits_2(recipe_file):
+    result = validate_cli(recipe_file, "roles.actor.policy_loss=decoupled_ppo", "rollout.importance_cap=2.0")
+    assert result.exit_code == 2
+    assert "rollout.importance_cap" in result.stderr and "behav_imp_weight_cap" in result.stderr
