@@ -65,6 +65,8 @@ class RestartPolicy:
     max_restarts: int = 0
     wait_s: float = 120.0
     failures: list[Failure] = field(default_factory=list)
+    needs: dict[str, float] = field(default_factory=dict)
+    """The CPUs and GPUs the run's pools reserve (:func:`pool_needs`), set when the groups are built."""
 
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> "RestartPolicy":

@@ -79,7 +79,7 @@ def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
             while True:
                 trainer = None
                 try:
-                    trainer = _start_trainer(cfg, reporter, restarts.restarts)
+                    trainer = _start_trainer(cfg, reporter, restarts)
                     _fit(trainer, cfg, reporter)
                     return _finish(trainer, reporter)
                 except WorkerLost as error:
@@ -94,9 +94,10 @@ def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
                 session.shutdown()
 
 
-def _start_trainer(cfg: DictConfig, reporter: Any, restarts: int) -> TrainerBase:
+def _start_trainer(cfg: DictConfig, reporter: Any, restarts: RestartPolicy) -> TrainerBase:
     """A trainer with its groups built, set up (resumed when the recipe says so); ``run/restarts`` logged after a restart."""
     trainer = make_trainer(cfg, reporter)
+    restarts.needs = pool_needs(trainer.groups.pools)  # what a restart waits for, even if this setup fails
     try:
         for group in trainer.groups.all():
             group.observers.append(_DispatchForwarder(reporter))
@@ -106,8 +107,8 @@ def _start_trainer(cfg: DictConfig, reporter: Any, restarts: int) -> TrainerBase
     except BaseException:
         trainer.shutdown()  # a failed setup leaves no worker behind
         raise
-    if restarts:
-        trainer.metrics_log = CountedLoggers(trainer.metrics_log, restarts)
+    if restarts.restarts:
+        trainer.metrics_log = CountedLoggers(trainer.metrics_log, restarts.restarts)
     return trainer
 
 
@@ -136,11 +137,10 @@ def _restart(cfg: DictConfig, trainer: TrainerBase | None, restarts: RestartPoli
     step = trainer.completed_step if trainer is not None else 0
     started_at = getattr(trainer, "start_step", 0)
     failure = restarts.record(error, step)
-    needs = pool_needs(trainer.groups.pools) if trainer is not None else {}
     with safe_point_pending():  # a stop signal waits until the groups are down
         if trainer is not None:
             trainer.shutdown()
-    restarts.wait_for_resources(needs, error)
+    restarts.wait_for_resources(restarts.needs, error)
     cfg, resume_from = restart_recipe(cfg, Path(cfg.trainer.output_dir), started_at)
     where = f"from {resume_from}" if resume_from is not None else "from step 0 (no checkpoint yet)"
     reporter.message(f"restart {len(restarts.failures)}/{restarts.max_restarts}: {failure}; starting fresh workers "
