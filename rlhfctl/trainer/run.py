@@ -97,7 +97,7 @@ def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
 def _start_trainer(cfg: DictConfig, reporter: Any, restarts: RestartPolicy) -> TrainerBase:
     """A trainer with its groups built, set up (resumed when the recipe says so); ``run/restarts`` logged after a restart."""
     trainer = make_trainer(cfg, reporter)
-    restarts.needs = pool_needs(trainer.groups.pools)  # what a restart waits for, even if this setup fails
+    restarts.needs = pool_needs(getattr(trainer.groups, "pools", []))  # what a restart waits for, even if setup fails
     try:
         for group in trainer.groups.all():
             group.observers.append(_DispatchForwarder(reporter))
