@@ -49,7 +49,8 @@ def test_the_demonstration_calls_the_calculator_and_repeats_its_answer() -> None
     ]
     assert record["tools"] == [dict(Calculator.schema)] and record["ground_truth"] == "1320"
     assert tool_call("30*44") == CALL
-    assert [demo["ground_truth"] for demo in make_demonstrations(5, seed=1)] == [p["ground_truth"] for p in make_prompts(5, seed=1)]
+    truths = [prompt["ground_truth"] for prompt in make_prompts(5, seed=1)]
+    assert [demo["ground_truth"] for demo in make_demonstrations(5, seed=1)] == truths
 
 
 def test_the_call_is_what_the_hermes_parser_reads_and_the_tool_turn_what_the_calculator_returns() -> None:
