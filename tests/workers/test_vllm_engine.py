@@ -164,3 +164,19 @@ def test_a_sync_that_misses_a_weight_stops_at_the_first_sync_with_exit_2(monkeyp
     assert "Qwen2ForCausalLM" in detail and "tolerance 0.001" in detail and exit_code_for(failure.value) == EXIT_USER
     found = float(re.search(r"differ from the actor's by ([0-9.e+-]+)", detail).group(1))
     assert found > 1e-2, detail
+
+
+
+def test_a_sampled_round_over_the_cpu_batch_budget_generates():
+    """64 seeded requests of 100 distinct prompt tokens pass vLLM's 4096-token batch: its CPU prefill must not be
+    chunked (a chunked prefill rewinds each request's generator, which a CPU generator cannot do)."""
+    import numpy as np
+
+    ids = torch.randint(3, 90, (64, 100), generator=torch.Generator().manual_seed(0))
+    prompts = DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+                                  non_tensors={"uid": np.asarray([f"p{i}" for i in range(64)], dtype=object)})
+    settings = recipe("vllm", do_sample=True)
+    settings["data"] = {"task": "digits", "max_prompt_length": 100}
+    with local_group(ActorWorker, settings, "actor") as group:
+        rollout = group.generate_sequences(prompts)
+    assert rollout.batch["responses"].shape == (64, 12)

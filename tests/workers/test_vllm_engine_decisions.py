@@ -87,6 +87,8 @@ def test_enforce_eager_auto_is_cuda_graphs_on_cuda_and_eager_on_the_cpu(fake_vll
     on_cuda = unstarted_engine(torch.device("cuda", 0))._start(seed=1, max_model_len=64, dtype="bf16")
     on_cpu = unstarted_engine(torch.device("cpu"))._start(seed=1, max_model_len=64, dtype="float32")
     assert on_cuda.options["enforce_eager"] is False and on_cpu.options["enforce_eager"] is True
+    # CPU generators cannot rewind, as a chunked prefill of a seeded request needs: no chunking on the CPU.
+    assert on_cpu.options["enable_chunked_prefill"] is False and "enable_chunked_prefill" not in on_cuda.options
 
 
 def test_a_vllm_older_than_the_sync_needs_is_refused_with_both_versions():

@@ -342,6 +342,9 @@ class VllmRolloutEngine:
             options["enable_sleep_mode"] = self.sleep_mode
         else:
             options["kv_cache_memory_bytes"] = int(float(self.settings["cpu_kv_cache_gib"]) * 2**30)
+            # A prefill split over steps rewinds each seeded request's generator (set_offset), which CPU
+            # generators refuse: a round over the batch token budget (4096) would fail. Whole prefills only.
+            options["enable_chunked_prefill"] = False
         with _environment(launcher) if launcher else nullcontext():
             return LLM(**options)
 
