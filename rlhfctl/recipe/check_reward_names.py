@@ -16,18 +16,19 @@ from rlhfctl.recipe.errors import Issue, error, warning
 
 __all__ = ["first_training_record", "named_reward_problems", "requested_names", "reward_notes"]
 
-_BUILT_IN_METRICS = ("score", "acc")
 _MATH_REWARDS = ("math", "dispatch_by_source")
 
 
 def requested_names(cfg: Any) -> dict[str, list[str]]:
     """Recipe key -> the named scores it needs from the reward function."""
+    from rlhfctl.trainer.sample_metric import BUILT_IN_METRICS
+
     wanted: dict[str, list[str]] = {}
     algo = cfg.algorithm
     if str(algo.adv_estimator) == "gdpo" and algo.gdpo_reward_keys:
         wanted["algorithm.gdpo_reward_keys"] = [str(name) for name in algo.gdpo_reward_keys]
     metric = str(algo.filter_groups.metric)
-    if algo.filter_groups.enable and metric not in _BUILT_IN_METRICS:
+    if algo.filter_groups.enable and metric not in BUILT_IN_METRICS:
         wanted["algorithm.filter_groups.metric"] = [metric]
     return wanted
 

@@ -17,7 +17,10 @@ from rlhfctl.errors import UserError
 from rlhfctl.protocol import DataProto
 from rlhfctl.tasks.reward_fn import named_score_column, named_score_names
 
-__all__ = ["MissingRewardMetric", "named_scores", "sample_metric"]
+__all__ = ["BUILT_IN_METRICS", "MissingRewardMetric", "named_scores", "sample_metric"]
+
+BUILT_IN_METRICS = ("score", "acc")
+"""The metrics every scored batch has, whatever the reward function returns (see the module doc)."""
 
 
 class MissingRewardMetric(UserError, KeyError):
@@ -37,7 +40,7 @@ def sample_metric(batch: DataProto, metric: str, key: str = "algorithm.filter_gr
         return np.asarray(columns[column], dtype=np.float64)
     if metric == "acc" and "score" in columns:
         return np.asarray(columns["score"], dtype=np.float64)
-    names = ", ".join(dict.fromkeys(["score", "acc", *named_score_names(columns)]))
+    names = ", ".join(dict.fromkeys([*BUILT_IN_METRICS, *named_score_names(columns)]))
     raise MissingRewardMetric(
         f"{key}: the reward function returns no {metric!r} score; it gives: {names} (return a dict per sample "
         f"with a {metric!r} entry, or choose one of those)"
