@@ -40,6 +40,8 @@ __all__ = [
     "resolve_strategy",
     "role_setting",
     "role_update",
+    "ROLLOUT_ROLE",
+    "rollout_pool",
     "samples_per_rank",
     "uses_kl",
     "warmup_steps",
@@ -56,6 +58,18 @@ def present_roles(cfg: Any) -> list[str]:
     """Roles that are configured (not null), in the fixed order actor, reference, critic, reward."""
     roles = cfg.get("roles") or {}
     return [name for name in ROLE_NAMES if roles.get(name) is not None]
+
+
+#: The name of the rollout worker group (``rollout.placement: separate``) in pool tables, traces and messages.
+ROLLOUT_ROLE = "rollout"
+
+
+def rollout_pool(cfg: Any) -> str | None:
+    """The pool of the rollout worker group with ``rollout.placement: separate``; None when the actor generates."""
+    rollout = cfg.get("rollout") or {}
+    if (rollout.get("placement") or "colocated") != "separate":
+        return None
+    return rollout.get("pool")
 
 
 def role_setting(role_section: Any, trainer_section: Any, key: str) -> Any:
