@@ -13,8 +13,8 @@ from typing import Any
 from rlhfctl.recipe.check_paths import data_file_issues, model_path_issues, resume_issues
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
-from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, resolve_pools
-from rlhfctl.recipe.resolve import present_roles, required_methods
+from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_shares, resolve_pools
+from rlhfctl.recipe.resolve import present_roles, required_methods, rollout_pool
 
 __all__ = [
     "LOGGER_EXTRAS",
@@ -100,14 +100,16 @@ def _resources(cfg: Any, pools: list[PoolInfo]) -> list[Issue]:
     gpus = sum(pool.gpus for pool in pools)
     cpus = sum(pool.world_size * _cpus_per_process(pool) for pool in pools)
     if not joining and ray_cfg.num_cpus is not None and cpus > ray_cfg.num_cpus:
-        issues.append(error("ray.num_cpus", f"ray.num_cpus: the pools reserve {cpus:g} CPUs but the local Ray gets {ray_cfg.num_cpus}"))
+        shares = pool_shares(pools, lambda pool: pool.world_size * _cpus_per_process(pool))
+        issues.append(error("ray.num_cpus", f"ray.num_cpus: the pools reserve {cpus:g} CPUs ({shares}) but the local Ray gets {ray_cfg.num_cpus}"))
     if not joining and ray_cfg.num_gpus is not None and gpus > ray_cfg.num_gpus:
-        issues.append(error("ray.num_gpus", f"ray.num_gpus: the pools need {gpus} GPUs but the local Ray gets {ray_cfg.num_gpus}"))
+        shares = pool_shares(pools, lambda pool: pool.gpus)
+        issues.append(error("ray.num_gpus", f"ray.num_gpus: the pools need {gpus} GPUs ({shares}) but the local Ray gets {ray_cfg.num_gpus}"))
     elif not joining and gpus:
         visible = _visible_gpus()
         if visible is not None and gpus > visible:
             issues.append(warning("resource_pools", (
-                f"resource_pools: the pools need {gpus} GPU(s) and this machine shows {visible}; "
+                f"resource_pools: the pools need {gpus} GPU(s) ({pool_shares(pools, lambda pool: pool.gpus)}) and this machine shows {visible}; "
                 "fine when joining a cluster (ray.address), otherwise the run cannot start"
             )))
     return issues
@@ -311,7 +313,8 @@ def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> 
     without it."""
     rollout = cfg.rollout
     if rollout.get("engine", "hf") != "vllm":
-        if rollout.get("importance_cap") is not None:
+        # A rollout group of its own returns behaviour log-probs with either engine; the colocated hf actor does not.
+        if rollout.get("importance_cap") is not None and rollout_pool(cfg) is None:
             return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
                             "(the actor samples and scores with the same weights and code)")]
         return []
@@ -339,7 +342,8 @@ def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> 
 
 
 def _uses_gpu(cfg: Any, actor: Any) -> bool:
-    pool = cfg.resource_pools.get(str(actor.pool))
+    """Whether the engine runs on a GPU pool: the rollout group's with placement separate, else the actor's."""
+    pool = cfg.resource_pools.get(str(rollout_pool(cfg) or actor.pool))
     return bool(pool is not None and pool.use_gpu)
 
 

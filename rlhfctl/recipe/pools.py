@@ -1,14 +1,19 @@
-"""Resource pools as the recipe declares them: size, GPUs, and which roles share (are colocated on) each."""
+"""Resource pools as the recipe declares them: size, GPUs, and which roles share (are colocated on) each.
+
+The rollout worker group (``rollout.placement: separate``) is a role here like the others, named
+``rollout`` on ``rollout.pool``, so every check of the pools that are started counts it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
-from rlhfctl.recipe.resolve import present_roles
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, present_roles, rollout_pool
 
-__all__ = ["DRIVER_POOL", "PoolInfo", "pool_of", "resolve_pools"]
+__all__ = ["DRIVER_POOL", "PoolInfo", "pool_key", "pool_of", "pool_shares", "resolve_pools"]
 
 DRIVER_POOL = "driver"
 """``roles.reward.pool: driver`` runs a reward function in the driver process: no worker process, and no
@@ -36,6 +41,11 @@ class PoolInfo:
     def gpus(self) -> int:
         """GPUs the pool reserves."""
         return self.world_size if self.use_gpu else 0
+
+    @property
+    def role_keys(self) -> tuple[str, ...]:
+        """The recipe keys that put each of its roles here (``roles.actor.pool``, ``rollout.pool``)."""
+        return tuple(pool_key(role) for role in self.roles)
 
     @property
     def colocated(self) -> bool:
@@ -78,6 +88,13 @@ def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
                 key_path=f"roles.{role}.pool",
                 kind="invalid",
             )
+    placed = rollout_pool(cfg)
+    if placed in members:
+        members[placed].append(ROLLOUT_ROLE)
+    elif placed is not None and strict:
+        raise RecipeError(f"rollout.pool: pool {placed!r} is not declared in resource_pools "
+                          f"(declared: {', '.join(members) or 'none'}){did_you_mean(placed, members)}",
+                          key_path="rollout.pool", kind="invalid")
     pools = {}
     for name, spec in cfg.resource_pools.items():
         pools[name] = PoolInfo(
@@ -94,6 +111,16 @@ def resolve_pools(cfg: Any, strict: bool = True) -> dict[str, PoolInfo]:
     return pools
 
 
+def pool_key(role: str) -> str:
+    """The recipe key naming ``role``'s pool: ``rollout.pool`` for the rollout group, else ``roles.<role>.pool``."""
+    return "rollout.pool" if role == ROLLOUT_ROLE else f"roles.{role}.pool"
+
+
 def pool_of(pools: dict[str, PoolInfo], role: str) -> PoolInfo | None:
     """The pool hosting ``role``, or None when the role is absent or its pool undeclared."""
     return next((pool for pool in pools.values() if role in pool.roles), None)
+
+
+def pool_shares(pools: Iterable[PoolInfo], amount: Callable[[PoolInfo], float]) -> str:
+    """Each pool's part of a total and the keys placing its roles: ``main 2 for roles.actor.pool; gen 1 for rollout.pool``."""
+    return "; ".join(f"{pool.name} {amount(pool):g} for {', '.join(pool.role_keys)}" for pool in pools)

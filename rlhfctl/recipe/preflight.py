@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
-from rlhfctl.recipe.pools import PoolInfo
+from rlhfctl.recipe.pools import PoolInfo, pool_shares
 from rlhfctl.recipe.check_reward_names import first_training_record, named_reward_problems
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.stages import is_stage
@@ -303,7 +303,7 @@ def _check_machine(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
         return []
     largest = max(reserved, key=reserved.__getitem__)
     key = f"resource_pools.{largest}.process_on_nodes"
-    shares = ", ".join(f"{name} {cpus:g}" for name, cpus in reserved.items())
+    shares = pool_shares(started, lambda pool: reserved[pool.name])
     return [error(key, (
         f"{key}: the pools reserve {total:g} CPUs ({shares}: processes x num_cpus_per_process) but this machine "
         f"has {machine}, so the private Ray cannot place them; use fewer processes, a smaller "

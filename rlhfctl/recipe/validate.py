@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_agents import check_agents
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
+from rlhfctl.recipe.check_placement import check_placement
 from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_runtime import (
     check_data,
@@ -110,7 +111,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_loggers(cfg) + check_restarts(cfg)
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
-        report.issues += stage_issues + check_token_budgets(cfg)
+        report.issues += stage_issues + check_placement(cfg, report.pools) + check_token_budgets(cfg)
         report.memory = plan_memory(container, report.pools, device_memory)
         report.issues += memory_issues(report.memory)
         if report.ok:
@@ -125,6 +126,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_models(cfg)
     report.issues += check_rollout_engine(cfg, pools)
     report.issues += check_agents(cfg)
+    report.issues += check_placement(cfg, pools)
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)

@@ -1,0 +1,96 @@
+"""Validation of where the rollout runs (``rollout.placement``) and how far ahead it may run (``trainer.max_staleness``).
+
+With ``placement: separate`` a rollout worker group (role ``rollout``) generates on ``rollout.pool`` and
+takes the actor's weights over a process group of its own. Every problem is an error (exit 2) naming its key:
+
+- staleness needs a rollout group of its own, and no dynamic sampling (it draws its extra batches at step time);
+- the rollout pool is declared, hosts no other role, and its ranks split each stream chunk evenly;
+- the weight sync needs the Ray backend; the PPO loop is the only one with a rollout group; agent rollouts
+  do not run there yet.
+
+Whether the rollout pool fits the machine is checked with the other pools (it is one of them in
+:func:`rlhfctl.recipe.pools.resolve_pools`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlhfctl.recipe.errors import Issue, did_you_mean, error
+from rlhfctl.recipe.pools import PoolInfo, resolve_pools
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+
+__all__ = ["check_placement"]
+
+
+def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[Issue]:
+    """Errors for staleness without a rollout group of its own, and for a rollout group that cannot run as placed
+    (``pools``: the resolved pools, resolved here when not given)."""
+    separate = cfg.rollout.placement == "separate"
+    issues = _staleness(cfg, separate)
+    if not separate:
+        return issues
+    name = str(cfg.algorithm.name)
+    if name != "ppo":
+        return [*issues, error("rollout.placement", (
+            f"rollout.placement: separate starts a rollout group for the PPO loop, but algorithm.name is {name} "
+            "(it generates nothing); remove rollout.placement or set it to colocated"))]
+    if cfg.ray.backend == "local":
+        issues.append(error("rollout.placement", (
+            "rollout.placement: separate syncs weights with a collective between the actor's and the rollout "
+            "group's processes, which ray.backend: local runs one call at a time in the driver; use ray.backend: ray")))
+    if cfg.rollout.multi_turn.enable:
+        issues.append(error("rollout.multi_turn.enable", (
+            "rollout.multi_turn.enable: agent rollouts are not yet supported with rollout.placement: separate; "
+            "set rollout.placement: colocated or turn multi_turn off")))
+    pools = pools if pools is not None else resolve_pools(cfg, strict=False)
+    pool_issues = _pool_issues(cfg, pools)
+    return issues + (pool_issues or _chunk_issues(cfg, pools[str(cfg.rollout.pool)]))
+
+
+def _staleness(cfg: Any, separate: bool) -> list[Issue]:
+    """trainer.max_staleness > 0 needs a rollout group of its own, and no dynamic sampling."""
+    staleness = int(cfg.trainer.max_staleness)
+    if staleness <= 0:
+        return []
+    issues = []
+    if not separate:
+        issues.append(error("trainer.max_staleness", (
+            f"trainer.max_staleness: {staleness} lets the rollout run ahead of the actor, but with rollout.placement: "
+            "colocated the actor's ranks generate in turn with the update; set rollout.placement: separate and "
+            "rollout.pool, or max_staleness: 0")))
+    if cfg.algorithm.filter_groups.enable:
+        issues.append(error("trainer.max_staleness", (
+            f"trainer.max_staleness: {staleness} with algorithm.filter_groups.enable is not supported: dynamic sampling "
+            "draws its extra batches at step time; set max_staleness: 0 or turn filter_groups off")))
+    return issues
+
+
+def _pool_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+    """The rollout pool is declared and hosts no other role."""
+    named = cfg.rollout.pool
+    declared = [pool.name for pool in pools.values() if not pool.in_driver]
+    if named is None or str(named) not in declared:
+        what = "is null" if named is None else f"names {str(named)!r}, which is not declared in resource_pools"
+        hint = "" if named is None else did_you_mean(str(named), declared)
+        return [error("rollout.pool", (
+            f"rollout.pool: {what}; rollout.placement: separate needs a pool of resource_pools for the rollout group "
+            f"(declared: {', '.join(declared) or 'none'}){hint}"))]
+    pool = pools[str(named)]
+    others = [role for role in pool.roles if role != ROLLOUT_ROLE]
+    if others:
+        return [error("rollout.pool", (
+            f"rollout.pool: {pool.name} also hosts {', '.join(others)} (roles.{others[0]}.pool); the rollout group "
+            "needs its pool to itself, or its calls would queue behind the other role's; declare a pool for it"))]
+    return []
+
+
+def _chunk_issues(cfg: Any, pool: PoolInfo) -> list[Issue]:
+    """Each stream chunk's prompts split evenly over the rollout ranks."""
+    prompts, chunks = int(cfg.trainer.batch_size), int(cfg.rollout.stream_chunks)
+    if prompts % (chunks * pool.world_size) == 0:
+        return []
+    return [error("rollout.stream_chunks", (
+        f"rollout.stream_chunks: trainer.batch_size {prompts} is not divisible by stream_chunks {chunks} x "
+        f"{pool.world_size} rollout rank(s) (pool {pool.name}); each chunk's prompts are split over the rollout "
+        f"ranks, so choose stream_chunks and the pool size so their product divides {prompts}"))]
