@@ -226,6 +226,7 @@ ROLE_METHODS: dict[str, tuple[str, ...]] = {
     "reference": ("compute_ref_log_prob",),
     "critic": ("init_model", "compute_values", "update_critic"),
     "reward": ("compute_rewards",),
+    ROLLOUT_ROLE: ("init_model", "generate_sequences", "receive_weights"),  # rollout.placement: separate
 }
 
 
