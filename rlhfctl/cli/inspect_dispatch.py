@@ -22,14 +22,14 @@ from rlhfctl.cli.errors import guarded
 
 __all__ = ["filter_plan", "format_tensor", "inspect_dispatch", "render_plan", "render_trace_summary"]
 
-_ROLE_CHOICES = ("actor", "reference", "critic", "reward", "driver")
+_ROLE_CHOICES = ("actor", "reference", "critic", "reward", "rollout", "driver")
 
 
 def inspect_dispatch(
     recipe: Optional[str] = typer.Argument(None, show_default=False, autocompletion=complete_recipe,
                                            help="recipe YAML file or bundled recipe name (omit with --trace)"),
     overrides: Optional[List[str]] = OverridesArg(),
-    role: Optional[str] = typer.Option(None, "--role", help="only this role (actor, reference, critic, reward, driver)",
+    role: Optional[str] = typer.Option(None, "--role", help="only this role (actor, reference, critic, reward, rollout, driver)",
                                        autocompletion=lambda: list(_ROLE_CHOICES)),
     method: Optional[str] = typer.Option(None, "--method", help="only this method, e.g. generate_sequences"),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="prompts per step (default trainer.batch_size)"),
@@ -201,8 +201,9 @@ def _dataflow_tree(plan: dict[str, Any]) -> Tree:
                           f"{update['micro_batch_size']} -> {update['grad_accum_steps']} accumulation step(s)"))
         if entry.get("note"):
             node.add(Text(entry["note"], style="dim"))
-        node.add(Text("in:  " + ", ".join(format_tensor(t) for t in entry["inputs"])))
-        node.add(Text("out: " + ", ".join(format_tensor(t) for t in entry["outputs"])))
+        if entry["inputs"] or entry["outputs"]:  # a weight sync moves no batch keys
+            node.add(Text("in:  " + ", ".join(format_tensor(t) for t in entry["inputs"])))
+            node.add(Text("out: " + ", ".join(format_tensor(t) for t in entry["outputs"])))
     return tree
 
 

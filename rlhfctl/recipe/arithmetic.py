@@ -93,7 +93,7 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
     shards = []
     for call in training_step(cfg):
         pool = pool_of(pools, call.role)
-        if call.role == "driver" or pool is None:
+        if call.role == "driver" or pool is None or not call.carries_rows:
             continue
         rows = prompts if call.unit == "prompts" else samples
         layout = RowLayout(rows, pool.world_size)

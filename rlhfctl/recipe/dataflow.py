@@ -4,6 +4,9 @@ This is the plan ``rlhfctl inspect-dispatch`` and ``rlhfctl validate`` describe;
 same order. Tensor names follow the usual PPO batch keys; shapes use symbolic dimensions resolved by
 :func:`resolve_dims`: ``rows`` (rows on one rank), ``prompt_len`` (data.max_prompt_length),
 ``response_len`` (rollout.max_new_tokens) and ``seq_len`` (their sum).
+
+With ``rollout.placement: separate`` the rollout group (role ``rollout``) generates, and a weight sync
+(unit ``weights``: no batch rows) follows the actor's update.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlhfctl.recipe.resolve import EffectiveRecipe, needs_old_log_probs, resolve
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, EffectiveRecipe, needs_old_log_probs, resolve, rollout_pool
 
 __all__ = ["StepCall", "TensorSpec", "needs_old_log_probs", "resolve_dims", "training_step"]
 
@@ -38,6 +41,11 @@ class StepCall:
     fan_out: int = 1
     updates: bool = False
     note: str = ""
+
+    @property
+    def carries_rows(self) -> bool:
+        """True for calls over the batch's prompts or samples (not a weight sync)."""
+        return self.unit in ("prompts", "samples")
 
     @property
     def name(self) -> str:
@@ -88,17 +96,18 @@ def _driver(cfg: Any, step: EffectiveRecipe) -> list[StepCall]:
     return calls
 
 
-def _actor_update(step: EffectiveRecipe, vllm: bool) -> StepCall:
-    """The policy update, with the optional inputs this recipe gives it."""
+def _actor_update(step: EffectiveRecipe, vllm: bool, separate: bool) -> StepCall:
+    """The policy update, with the optional inputs this recipe gives it (the engine's log-probs with vllm or a
+    rollout group of its own)."""
     actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
     if step.needs_old_log_probs:
         actor_inputs.append(_f("old_log_probs"))
     if step.kl_loss:
         actor_inputs.append(_f("ref_log_prob"))
-    if vllm:
+    if vllm or separate:
         actor_inputs.append(_f("rollout_log_probs"))
     note = "" if step.needs_old_log_probs else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
-    if vllm:
+    if vllm and not separate:
         note = "; ".join(filter(None, [note, "then the new weights go into this rank's vLLM engine (time/rollout_sync)"]))
     warmup = step.critic_warmup_steps
     if warmup:
@@ -118,18 +127,18 @@ def training_step(cfg: Any) -> list[StepCall]:
                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),
                  _t("position_ids", "rows seq_len", "int64"))
     vllm = cfg.rollout.get("engine", "hf") == "vllm"
-    if vllm:  # the engine's own log-probs come back too, for rollout/logprob_diff and rollout.importance_cap
+    pool = rollout_pool(cfg)
+    if vllm or pool is not None:  # the engine's own log-probs come back too, for rollout/logprob_diff and rollout.importance_cap
         generated += (_f("rollout_log_probs"),)
-    engine_note = ("engine: vllm, one colocated vLLM engine per actor rank (weights synced in memory after each update)"
-                   if vllm else "engine: hf, the actor's own decoding loop")
-    steps = [StepCall("actor", "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
-                      generated, fan_out=n, note=engine_note)]
+    generator = "actor" if pool is None else ROLLOUT_ROLE
+    steps = [StepCall(generator, "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
+                      generated, fan_out=n, note=_engine_note(cfg, vllm, pool))]
     steps += _scoring(step)
     if step.needs_old_log_probs:
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
                               "samples", _SEQUENCE, (_f("old_log_probs"), _f("entropys"))))
     if step.greedy_baseline:
-        steps.append(StepCall("actor", "generate_sequences", "greedy response per prompt (ReMax baseline)", "prompts",
+        steps.append(StepCall(generator, "generate_sequences", "greedy response per prompt (ReMax baseline)", "prompts",
                               _PROMPT_IN, generated, note="meta_info do_sample=false, n=1"))
         steps.append(StepCall("reward", "compute_rewards", "score the greedy baseline", "prompts",
                               generated[:3], (_f("token_level_scores"),)))
@@ -137,8 +146,31 @@ def training_step(cfg: Any) -> list[StepCall]:
     if step.has_critic:
         steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
                               (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
-    steps.append(_actor_update(step, vllm))
+    steps.append(_actor_update(step, vllm, pool is not None))
+    if pool is not None:
+        steps += _weight_sync(cfg)
     return steps
+
+
+def _engine_note(cfg: Any, vllm: bool, pool: str | None) -> str:
+    """Where the responses are sampled: the actor's ranks, or the rollout group's engine replicas."""
+    if pool is not None:
+        chunks = int(cfg.rollout.stream_chunks)
+        streamed = f"; in {chunks} calls, each scored as it finishes (rollout.stream_chunks)" if chunks > 1 else ""
+        return (f"engine: {cfg.rollout.get('engine', 'hf')}, one replica per rollout rank on pool {pool} "
+                f"(rollout.placement: separate), behaviour log-probs returned{streamed}")
+    if vllm:
+        return "engine: vllm, one colocated vLLM engine per actor rank (weights synced in memory after each update)"
+    return "engine: hf, the actor's own decoding loop"
+
+
+def _weight_sync(cfg: Any) -> list[StepCall]:
+    """The actor's new weights to the rollout group, over a process group of their own (no batch rows)."""
+    purpose = "weight sync: actor rank 0 broadcasts to the rollout ranks"
+    every = int(cfg.rollout.sync_every)
+    note = f"every {every} update(s) (rollout.sync_every)" if every > 1 else "after every update"
+    return [StepCall("actor", "send_weights", purpose, "weights", note=note),
+            StepCall(ROLLOUT_ROLE, "receive_weights", purpose, "weights", note=note)]
 
 
 def resolve_dims(spec: TensorSpec, rows: int, cfg: Any) -> tuple[int, ...]:

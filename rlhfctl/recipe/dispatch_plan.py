@@ -1,6 +1,7 @@
 """The dispatch plan of a recipe: roles with their registered methods, and one training step's dataflow.
 
-Built from the worker classes' ``@register`` specs without starting anything. The JSON structure
+Built from the worker classes' ``@register`` specs without starting anything. The rollout group
+(``rollout.placement: separate``) is a role here, with its worker class ``ROLLOUT_WORKER``. The JSON structure
 (``rlhfctl inspect-dispatch --format json``) is documented in docs/cli.md; ``format_version`` changes
 when it does.
 """
@@ -12,9 +13,10 @@ from typing import Any
 from rlhfctl.agents.trajectory import response_width
 from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
 from rlhfctl.recipe.check_runtime import worker_classes
+from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of, resolve_pools
-from rlhfctl.recipe.resolve import present_roles, required_methods
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, ROLLOUT_WORKER, present_roles, required_methods, rollout_pool
 
 __all__ = ["FORMAT_VERSION", "build_dispatch_plan", "summarize_rows"]
 
@@ -47,13 +49,13 @@ def summarize_rows(rows: int, unit: str, world_size: int, per_rank: int | None, 
     return text
 
 
-def _role_entry(cfg: Any, role: str, cls: type, pool: PoolInfo) -> dict[str, Any]:
+def _role_entry(cfg: Any, role: str, worker: str, cls: type, pool: PoolInfo) -> dict[str, Any]:
     from rlhfctl.single_controller.decorator import registered_methods
 
     specs = registered_methods(cls)
     needed = list(required_methods(cfg, role))
     return {
-        "worker": str(cfg.roles[role].worker),
+        "worker": worker,
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "pool": pool.name,
         "world_size": pool.world_size,
@@ -82,7 +84,7 @@ def _update_info(row: UpdateRow | None) -> dict[str, Any]:
 
 def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], prompts: int, samples: int,
                 updates: dict[str, UpdateRow]) -> dict[str, Any]:
-    rows = prompts if call.unit == "prompts" else samples
+    rows = {"prompts": prompts, "samples": samples}.get(call.unit, 0)  # a weight sync carries no batch rows
     entry: dict[str, Any] = {"index": index, "call": call.name, "role": call.role, "method": call.method,
                              "purpose": call.purpose, "note": call.note, "unit": call.unit, "rows_in": rows,
                              "pool": roles[call.role]["pool"] if call.role in roles else DRIVER_POOL}
@@ -100,10 +102,10 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
     mode = spec["dispatch_mode"] if spec else None
     execute = spec["execute_mode"] if spec else "ALL"
     per_rank, padding = None, 0
-    if mode == "ALL_TO_ALL":
+    if call.carries_rows and mode == "ALL_TO_ALL":
         layout = RowLayout(rows, world)
         per_rank, padding = layout.shard_size, layout.pad
-    elif mode == "ONE_TO_ALL":
+    elif call.carries_rows and mode == "ONE_TO_ALL":
         per_rank = rows
     out_rows = None if per_rank is None else per_rank * call.fan_out
     entry.update(
@@ -121,7 +123,8 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
         out_rows_per_rank=out_rows,
         inputs=_tensors(call.inputs, per_rank, cfg),
         outputs=_tensors(call.outputs, out_rows, cfg) if not call.updates else [{"name": "metrics", "shape": None, "dtype": "dict"}],
-        summary=summarize_rows(rows, call.unit, world, per_rank, padding, call.fan_out, mode, execute),
+        summary=(summarize_rows(rows, call.unit, world, per_rank, padding, call.fan_out, mode, execute)
+                 if call.carries_rows or mode is None else f"{call.purpose} ({world} rank{'s' if world != 1 else ''})"),
     )
     if call.updates:
         entry["update"] = _update_info(updates.get(call.role))
@@ -135,7 +138,10 @@ def build_dispatch_plan(cfg: Any, batch_size: int | None = None) -> dict[str, An
     """
     pools = resolve_pools(cfg)
     classes = worker_classes(cfg)
-    roles = {role: _role_entry(cfg, role, classes[role], pool_of(pools, role)) for role in present_roles(cfg)}  # type: ignore[arg-type]
+    workers = {role: str(cfg.roles[role].worker) for role in present_roles(cfg)}
+    if rollout_pool(cfg) is not None:
+        classes[ROLLOUT_ROLE], workers[ROLLOUT_ROLE] = import_class(ROLLOUT_WORKER, "rollout.placement"), ROLLOUT_WORKER
+    roles = {role: _role_entry(cfg, role, workers[role], classes[role], pool_of(pools, role)) for role in workers}  # type: ignore[arg-type]
     prompts = int(batch_size if batch_size is not None else cfg.trainer.batch_size)
     samples = prompts * int(cfg.rollout.n)
     table, _ = derive_batch_table(cfg, pools, prompts)
