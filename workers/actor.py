@@ -20,17 +20,18 @@ from workers.log_probs import position_ids_from_mask, response_log_probs, sequen
 from workers.lora import adapter_disabled, apply_lora, is_lora
 from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
-from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config
+from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
 from rlhfctl.agents.trajectory import response_width
 from workers.sampling.agent_rollout import AgentRollout, agent_rollout_enabled, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
+from workers.sampling.sync_probe import PROBE_PARAMS, log_prob_gap, probe_prompts, vocab_of
 from workers.seeding import derive_seed, make_generator
 from workers.trainable import TrainableRoleWorker
+from workers.weight_sender import WeightSender
 from workers.training import allreduce_mean
 
 __all__ = ["ActorWorker"]
 
-_PROBE_ROWS, _PROBE_PROMPT, _PROBE_RESPONSE = 2, 6, 4  # the first-sync probe: 2 fixed prompts of 6 tokens, 4 sampled each
 _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
 _OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob", "rollout_log_probs")
 
@@ -41,7 +42,7 @@ def _base_config(module: torch.nn.Module) -> Any:
     return inner.get_base_model().config if hasattr(inner, "get_base_model") else inner.config
 
 
-class ActorWorker(TrainableRoleWorker):
+class ActorWorker(TrainableRoleWorker, WeightSender):
     """The policy role: ``generate_sequences``, ``compute_log_prob``, ``update_actor`` and checkpoints.
 
     With ``roles.actor.lora`` set, only the adapter trains and ``compute_ref_log_prob`` gives the
@@ -74,8 +75,8 @@ class ActorWorker(TrainableRoleWorker):
             eos_ids = eos_token_ids(self.tokenizer, self.module)
             pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
             self.agent_rollout = AgentRollout(self.rollout, self.tokenizer, eos_ids, int(pad_id))
-        if self.rollout["engine"] == "vllm":
-            self.rollout_engine = self._start_vllm_engine()
+        if self.rollout["engine"] == "vllm" and self.rollout["placement"] == "colocated":
+            self.rollout_engine = self._start_vllm_engine()  # separate: the rollout group holds the engines
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
         from rlhfctl.models.loading import load_causal_lm
@@ -123,24 +124,24 @@ class ActorWorker(TrainableRoleWorker):
         one trained (a weight the sync missed, say), and stops the run with exit 2 before any step."""
         from workers.sampling.vllm_engine import VllmSyncMismatch, probe_tolerance
 
-        vocab = min(int(len(self.tokenizer)), int(_base_config(self.module).vocab_size))
-        ids = (torch.arange(_PROBE_ROWS * _PROBE_PROMPT).reshape(_PROBE_ROWS, _PROBE_PROMPT) * 7 + 3) % vocab
-        prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
-        params = SamplingParams(n=1, max_new_tokens=_PROBE_RESPONSE, temperature=1.0, top_p=1.0, top_k=0, do_sample=True)
-        probe = self._generate_with_vllm(prompts, params, derive_seed(self.seed, self.rank, "vllm-probe"), engine)
-        self.module.eval()
-        with serving(self.module, self.engine):
-            actor, _ = self._response_log_probs(probe, with_entropy=False)
-        mask = probe.batch["response_mask"].bool()
-        diff = float((actor.float() - probe.batch["rollout_log_probs"]).abs()[mask].mean())
+        prompts = probe_prompts(vocab_of(self.tokenizer, _base_config(self.module)))
+        probe = self._generate_with_vllm(prompts, PROBE_PARAMS, derive_seed(self.seed, self.rank, "vllm-probe"), engine)
+        diff, tokens = self._probe_gap(probe)
         tolerance = probe_tolerance(self.model_cfg["dtype"])
         if not diff <= tolerance:  # NaN fails too
             raise VllmSyncMismatch(
                 f"{self.role} rank {self.rank}: after the first weight sync the vLLM engine's log-probs differ from the "
-                f"actor's by {diff:.3g} on average (tolerance {tolerance:g}, {int(mask.sum())} probe tokens) for "
+                f"actor's by {diff:.3g} on average (tolerance {tolerance:g}, {tokens} probe tokens) for "
                 f"{engine.architecture}: the engine would sample from another model than the one trained. "
                 "Use rollout.engine: hf for this model, and report the architecture (docs/rollout.md)"
             )
+
+    def _probe_gap(self, probe: DataProto) -> tuple[float, int]:
+        """The actor's log-probs of a sync probe's samples against the engine's: mean gap and token count."""
+        self.module.eval()
+        with serving(self.module, self.engine):
+            actor, _ = self._response_log_probs(probe, with_entropy=False)
+        return log_prob_gap(actor, probe)
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
         """Engine phases (wake, sync, generate, sleep) run inside the last call, for the dispatch trace."""
@@ -260,6 +261,7 @@ class ActorWorker(TrainableRoleWorker):
         and a single mini-batch); any other setting raises instead of silently biasing the update.
         """
         lr = self._start_update(data, _UPDATE_KEYS, "update_actor")
+        self._check_staleness(data)
         batch = {key: data.batch[key] for key in _UPDATE_KEYS + _OPTIONAL_KEYS if key in data.batch}
         if "position_ids" not in batch:
             batch["position_ids"] = position_ids_from_mask(batch["attention_mask"])
@@ -301,6 +303,23 @@ class ActorWorker(TrainableRoleWorker):
             self.rollout_engine.sync(self.model)
             named.update(self.rollout_engine.take_metrics())
         return {**allreduce_mean(named, self.device), **observer.metrics(self.role, self.device)}
+
+    def _check_staleness(self, data: DataProto) -> None:
+        """Refuse samples more than ``trainer.max_staleness`` policy versions behind this actor's weights.
+
+        ``policy_version`` is stamped by the rollout group (the weight syncs it took); the version of the
+        weights here is the updates taken so far. The trainer's schedule keeps the bound; this is its proof.
+        """
+        versions = data.batch.get("policy_version")
+        if versions is None:
+            return
+        bound = int(trainer_config(self.recipe)["max_staleness"])
+        lag = self.update_calls - int(versions.min())
+        if lag > bound:
+            raise RuntimeError(
+                f"{self.role} rank {self.rank}: a sample of policy version {int(versions.min())} reached update "
+                f"{self.update_calls + 1}, {lag} versions old, past trainer.max_staleness={bound}"
+            )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, directory: str) -> None:

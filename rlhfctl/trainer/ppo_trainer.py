@@ -20,7 +20,7 @@ from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_ad
 from rlhfctl.data.errors import DataConfigError
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.resolve import resolve
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, resolve
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
@@ -30,6 +30,7 @@ from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_datapr
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.rollout import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
+from rlhfctl.trainer.separate_rollouts import SeparateRollouts
 from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
 from rlhfctl.trainer.sample_metric import named_scores, sample_metric
 from rlhfctl.trainer.samples import SampleLog
@@ -77,9 +78,22 @@ class PPOTrainer(TrainerBase):
         self.critic = self.groups.get("critic")
         self.effective = resolve(cfg)  # the recipe's fallbacks and derived values (validate shows the same)
         self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
-        self.rollouts = Rollouts(cfg, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
+        # rollout.placement: separate puts generation on a group of its own, up to trainer.max_staleness steps ahead.
+        self.rollout_group = self.groups.get(ROLLOUT_ROLE)
+        self.generator = self.rollout_group or self.actor  # who samples responses (validation and ReMax's baseline too)
+        if self.rollout_group is not None:
+            self.rollouts = SeparateRollouts(cfg, self.batcher, self.tokenizer, self.rollout_group, self.actor,
+                                             self.reward, self.critic, self.reference)
+        else:
+            self.rollouts = Rollouts(cfg, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
         self.samples = SampleLog(self.output_dir, cfg.trainer.log_samples, self.tokenizer)
         self._start_runtime()
+
+    def setup(self) -> None:
+        """Build the models and resume; with a rollout group, open the weight channel and send the first batches."""
+        super().setup()
+        if isinstance(self.rollouts, SeparateRollouts):
+            self.rollouts.start(self.start_step)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -92,7 +106,7 @@ class PPOTrainer(TrainerBase):
             metrics = self.train_step(step)
             self.record_step_trace(step, step_start, time.time())
             if cfg.val_every and (step % cfg.val_every == 0 or step == total):
-                metrics.update(self.validate())
+                metrics.update(self.validate(step))
             self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
             self.samples.write(step, self.metrics_log)
             self.completed_step = step
@@ -211,11 +225,11 @@ class PPOTrainer(TrainerBase):
     def _remax_baselines(self, prompts: DataProto) -> Any:
         """ReMax's baseline: the reward of the greedy response to each prompt, one per sample."""
         greedy_prompts = DataProto(prompts.batch, prompts.non_tensor_batch, {"do_sample": False, "n": 1})
-        greedy = self.actor.generate_sequences(greedy_prompts)
+        greedy = self.generator.generate_sequences(greedy_prompts)
         scores = self.reward.compute_rewards(greedy).batch["token_level_scores"].sum(-1)
         return scores.repeat_interleave(self.cfg.rollout.n)
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int = 0) -> dict[str, float]:
         """Responses to the held-out prompts, scored by the reward role; per ``data_source`` too.
 
         One greedy response per prompt, or ``rollout.val_n`` sampled ones, which add ``pass@k`` (the best
@@ -223,12 +237,14 @@ class PPOTrainer(TrainerBase):
         actor draw from its own validation stream, so turning validation on leaves the training
         rollouts' random numbers as they were.
         """
+        if isinstance(self.rollouts, SeparateRollouts):  # the rollout group validates the weights step `step` left
+            self.rollouts.sync_now(self.rollouts.schedule.updates_before(step + 1))
         rows, k = list(self.val_data), int(self.cfg.rollout.val_n)
         scored = []
         for start in range(0, len(rows), self.cfg.trainer.batch_size):
             prompts = to_dataproto(rows[start:start + self.cfg.trainer.batch_size], self.tokenizer)
             prompts.meta_info.update(do_sample=k > 1, n=k, validate=True)
-            responses = self.actor.generate_sequences(prompts)
+            responses = self.generator.generate_sequences(prompts)
             scored.append(responses.union(self.reward.compute_rewards(responses)))
         batch = DataProto.concat(scored)
         scores = batch.batch["token_level_scores"].sum(-1).numpy()
@@ -253,10 +269,15 @@ class PPOTrainer(TrainerBase):
 
     def driver_state(self) -> dict[str, Any]:
         """The KL controller's coefficient (adaptive controllers change it)."""
-        return {"kl_controller": self.kl_controller.state_dict()}
+        state = {"kl_controller": self.kl_controller.state_dict()}
+        if isinstance(self.rollouts, SeparateRollouts):
+            state.update(self.rollouts.driver_state())
+        return state
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.kl_controller.load_state_dict(state["kl_controller"])
+        if isinstance(self.rollouts, SeparateRollouts):
+            self.rollouts.restore_driver_state(state)
 
     def summary(self) -> dict[str, Any]:
         """Mean reward of the first and last steps; with ``trainer.export_hf`` the policy is written to ``<output_dir>/model`` first."""

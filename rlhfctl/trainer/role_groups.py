@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL
-from rlhfctl.recipe.resolve import present_roles
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, present_roles, rollout_pool
 from rlhfctl.single_controller.host import torch_threads_for
 from rlhfctl.single_controller import (
     LocalWorkerGroup,
@@ -56,7 +56,7 @@ def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig]) -> in
     """
     if cfg.ray.address:
         return None
-    used_pools = {role_cfg.pool for role_cfg in roles.values()} - {DRIVER_POOL}
+    used_pools = ({role_cfg.pool for role_cfg in roles.values()} | set(filter(None, [rollout_pool(cfg)]))) - {DRIVER_POOL}
     processes = sum(int(cfg.resource_pools[name].process_on_nodes[0]) for name in used_pools)
     return torch_threads_for(processes)
 
@@ -71,6 +71,10 @@ def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> R
         cls = import_class(role_cfg.worker, f"roles.{role}.worker")
         spec = RayClassWithInitArgs(cls, recipe, role).with_options(num_threads=threads)
         by_pool.setdefault(role_cfg.pool, {})[role] = spec
+    pool_of_rollout = rollout_pool(cfg)
+    if pool_of_rollout is not None:  # rollout.placement: separate, on a pool of its own
+        spec = RayClassWithInitArgs(import_class(cfg.rollout.worker, "rollout.worker"), recipe, ROLLOUT_ROLE)
+        by_pool.setdefault(pool_of_rollout, {})[ROLLOUT_ROLE] = spec.with_options(num_threads=threads)
     groups: dict[str, WorkerGroup] = {}
     pools: list[Any] = []
     local = cfg.ray.backend == "local"

@@ -377,6 +377,12 @@ class VllmRolloutEngine:
 
     def sync(self, module: nn.Module) -> float:
         """Load ``module``'s current weights into the engine (waking it first); returns the seconds it took."""
+        bucket = int(float(self.settings["sync_bucket_mib"]) * 2**20)
+        return self.load(gathered_weights(module, bucket, self.dtype))
+
+    def load(self, weights: Iterator[tuple[str, torch.Tensor]]) -> float:
+        """Load (HF checkpoint name, full tensor) pairs into the engine as they come (waking it first); the
+        seconds it took. The rollout worker of ``rollout.placement: separate`` feeds it its weight channel."""
         start = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()  # the training allocator's cached blocks would starve the engine
@@ -384,9 +390,8 @@ class VllmRolloutEngine:
             with self._phase("wake"):
                 self.llm.wake_up(tags=["weights"])
         with self._phase("sync"):
-            bucket = int(float(self.settings["sync_bucket_mib"]) * 2**20)
             # The engine's worker lives in this process (no engine subprocess), so the iterator is passed as is.
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": gathered_weights(module, bucket, self.dtype)})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             self.llm.apply_model(_refresh_tied_head)
             self.llm.reset_prefix_cache()  # cached prefixes hold the old weights' keys and values
         if self.asleep:

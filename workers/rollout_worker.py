@@ -1,0 +1,174 @@
+"""RolloutWorker: the rollout group of ``rollout.placement: separate``, generating on a pool of its own.
+
+Each rank holds the actor's model in the engine's dtype (no optimizer, no gradients) and one engine
+replica: the hf decoding loop or a vLLM engine. It takes the actor's weights through the weight
+channel (``receive_weights``) and stamps every sample with the ``policy_version`` of the weights that
+generated it, with the engine's own log-probs of the sampled tokens (``rollout_log_probs``, the
+behaviour policy of the off-policy corrections).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.single_controller import Dispatch, register
+from workers.engine import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
+from workers.recipe import model_config, rollout_config, section, trainer_config
+from workers.role import RoleWorker
+from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
+from workers.sampling.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
+from workers.seeding import derive_seed, make_generator
+from workers.weight_sync import SyncAddress, WeightChannel
+
+__all__ = ["RolloutWorker", "generation_seed_parts"]
+
+_DRAW_KEYS = ("draw", "chunk", "chunks")
+
+
+def generation_seed_parts(seed: int, rank: int, meta_info: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The parts that seed one generation call: the draw (and chunk) the driver numbered, so a step's samples
+    do not depend on which process generates them, and equal the colocated actor's with one chunk a draw."""
+    draw = int(meta_info.get("draw", 0))
+    chunks = int(meta_info.get("chunks", 1))
+    if chunks == 1:
+        return (seed, rank, "generate", draw)
+    return (seed, rank, "generate", draw, int(meta_info.get("chunk", 0)))
+
+
+class RolloutWorker(RoleWorker):
+    """``init_model``, ``join_weight_sync``, ``receive_weights``, ``generate_sequences`` and ``sync_probe``."""
+
+    default_role = ROLLOUT_ROLE
+
+    def __init__(self, recipe: Mapping[str, Any], role: str = ROLLOUT_ROLE) -> None:
+        super().__init__(recipe, role)
+        self.model_cfg = model_config(self.recipe, "actor")
+        self.rollout = rollout_config(self.recipe)
+        pool = section(self.recipe, "resource_pools", str(self.rollout.get("pool")))
+        self.device = torch.device("cuda") if pool.get("use_gpu") else torch.device("cpu")
+        self.model: nn.Module | None = None
+        self.rollout_engine: Any = None
+        self.channel: WeightChannel | None = None
+        self.policy_version = 0
+        self.validate_calls = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """The tokenizer and the actor's initial model in its compute dtype, plus the vLLM engine with ``rollout.engine: vllm``."""
+        from rlhfctl.models.loading import load_causal_lm, load_tokenizer
+
+        trust = bool(self.model_cfg["trust_remote_code"])
+        self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
+        compute = engine_settings(self.recipe, "actor", self.model_cfg["dtype"], 1, trainable=False).compute_dtype
+        self.engine = EngineSettings(strategy="ddp", compute_dtype=compute, trainable=False)
+        self._setup_process(distributed=False)
+
+        def build(cfg: Mapping[str, Any]) -> nn.Module:
+            model = load_causal_lm(cfg, self.tokenizer, dtype=compute, trust_remote_code=trust, seed=self.seed)
+            return model.requires_grad_(False)
+
+        self.model, _ = materialize(build, self.model_cfg, self.engine, self.device)
+        self.model.eval()
+        if self.rollout["engine"] == "vllm":
+            self.rollout_engine = self._start_vllm_engine()
+
+    def _start_vllm_engine(self) -> Any:
+        """This rank's vLLM engine replica; it never sleeps (its pool trains nothing)."""
+        from rlhfctl.agents.trajectory import response_width
+        from workers.sampling.vllm_engine import (VLLM_INSTALL_HINT, VllmNotInstalled, VllmRolloutEngine,
+                                                  context_length, engine_settings as vllm_settings, vllm_installed)
+
+        if not vllm_installed():
+            raise VllmNotInstalled(f"rollout.engine: vllm needs vllm in the {self.role} workers: {VLLM_INSTALL_HINT}")
+        prompt_length = int(section(self.recipe, "data").get("max_prompt_length") or 32)
+        return VllmRolloutEngine(
+            self.model,
+            role=self.role,
+            rank=self.rank,
+            device=self.device,
+            seed=derive_seed(self.seed, self.rank, "vllm"),
+            settings={**vllm_settings(self.rollout), "enable_sleep_mode": False},
+            max_model_len=context_length(self.model, prompt_length, response_width(self.rollout)),
+            dtype=str(self.model_cfg["dtype"]),
+        )
+
+    # ------------------------------------------------------------------ weights
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def join_weight_sync(self, address: SyncAddress) -> None:
+        """Join the actor's weight channel as member ``1 + rank``."""
+        timeout = float(trainer_config(self.recipe)["call_timeout_s"])
+        self.channel = WeightChannel(address, 1 + self.rank, self.device, timeout)
+
+    @register(dispatch_mode=ONE_TO_ALL_FIRST)
+    def receive_weights(self, version: int) -> dict[str, float]:
+        """Take the weights the actor is sending; the samples generated from now on carry ``version``."""
+        if self.channel is None:
+            raise RuntimeError(f"{self.role} rank {self.rank}: receive_weights before join_weight_sync")
+        start = time.perf_counter()
+        if self.rollout_engine is not None:
+            self.rollout_engine.load(self.channel.receive())
+        else:
+            self._copy_into_model(self.channel.receive())
+        self.policy_version = int(version)
+        return {"time/weight_receive": time.perf_counter() - start}
+
+    def _copy_into_model(self, weights: Any) -> None:
+        """Copy each received tensor into the parameter of the same name; every parameter must arrive."""
+        parameters = dict(self.model.named_parameters())
+        missing = set(parameters)
+        with torch.no_grad():
+            for name, tensor in weights:
+                target = parameters.get(name)
+                if target is None:
+                    raise KeyError(f"{self.role} rank {self.rank}: the actor sent weight '{name}', which the rollout model lacks")
+                target.copy_(tensor)
+                missing.discard(name)
+        if missing:
+            raise KeyError(f"{self.role} rank {self.rank}: the weight sync missed {sorted(missing)[:5]}")
+
+    # ------------------------------------------------------------------ rollout
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """``rollout.n`` samples per prompt with ``policy_version`` and ``rollout_log_probs``; ``meta_info["draw"]``
+        numbers the call (its random stream), ``meta_info["validate"]`` draws from the validation stream."""
+        self._require_model()
+        params = SamplingParams.from_config(self.rollout, prompts.meta_info)
+        if prompts.meta_info.get("validate"):
+            parts: tuple[Any, ...] = (self.seed, self.rank, "validate", self.validate_calls)
+            self.validate_calls += 1
+        else:
+            parts = generation_seed_parts(self.seed, self.rank, prompts.meta_info)
+        batch = self._generate(prompts, params, parts)
+        for key in _DRAW_KEYS:  # the call's own numbering: chunks of one batch are joined later
+            batch.meta_info.pop(key, None)
+        batch.batch["policy_version"] = torch.full((len(batch),), self.policy_version, dtype=torch.int64)
+        return batch
+
+    def _generate(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
+        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
+        eos_ids = eos_token_ids(self.tokenizer, self.model)
+        pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0])
+        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
+        if self.rollout_engine is not None:
+            responses, response_mask, log_probs = self.rollout_engine.generate(
+                self.model, ids, mask, params, eos_ids=eos_ids, pad_id=pad_id, seed=derive_seed(*parts))
+        else:
+            responses, response_mask, log_probs = sample_responses(
+                self.model, ids.to(self.device), mask.to(self.device), params, eos_ids=eos_ids, pad_id=pad_id,
+                generator=make_generator(self.device, *parts), samples_per_prompt=params.n, with_log_probs=True)
+        return rollout_batch(prompts, responses.cpu(), response_mask.cpu(), self.tokenizer, params,
+                             {"rollout_log_probs": log_probs.cpu()})
+
+    @register(dispatch_mode=ONE_TO_ALL_FIRST)
+    def sync_probe(self) -> DataProto:
+        """The fixed probe prompts' samples with this engine's log-probs, for the actor's ``check_weight_sync``."""
+        self._require_model()
+        prompts = probe_prompts(vocab_of(self.tokenizer, self.model.config))
+        return self._generate(prompts, PROBE_PARAMS, (self.seed, self.rank, "sync-probe", self.policy_version))
