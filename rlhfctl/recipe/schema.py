@@ -257,6 +257,7 @@ class RolloutConfig:
     val_n: int = _field(1, "responses per validation prompt: 1 is greedy; more are sampled like the training rollouts and give val/<data_source>/pass@k", min=1)
     placement: str = _field("colocated", "colocated: the actor's ranks generate; separate: a rollout worker group on rollout.pool generates (either engine, no optimizer) and takes the actor's weights after updates", choices=("colocated", "separate"))
     pool: Optional[str] = _field(None, "placement separate: the resource pool of the rollout worker group (its processes are the engine's data-parallel replicas)")
+    worker: str = _field("workers.rollout_worker.RolloutWorker", "placement separate: the rollout group's worker class (module.Class)")
     sync_every: int = _field(1, "placement separate: send the actor's weights to the rollout group every this many updates (sooner when trainer.max_staleness needs it)", min=1)
     sync_check_every: int = _field(10, "placement separate: every this many weight syncs, compare the rollout engine's and the actor's log-probs of a fixed probe batch (rollout/sync_check_diff; 0: never)", min=0)
     stream_chunks: int = _field(1, "placement separate: generate each step's prompts in this many calls, the reward scoring each one as it finishes", min=1)
