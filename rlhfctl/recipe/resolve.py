@@ -41,7 +41,6 @@ __all__ = [
     "role_setting",
     "role_update",
     "ROLLOUT_ROLE",
-    "ROLLOUT_WORKER",
     "rollout_pool",
     "samples_per_rank",
     "uses_kl",
@@ -63,9 +62,6 @@ def present_roles(cfg: Any) -> list[str]:
 
 #: The name of the rollout worker group (``rollout.placement: separate``) in pool tables, traces and messages.
 ROLLOUT_ROLE = "rollout"
-
-#: The worker class of the rollout group (no recipe key: it runs the actor's model with the rollout engine).
-ROLLOUT_WORKER = "workers.rollout_worker.RolloutWorker"
 
 
 def rollout_pool(cfg: Any) -> str | None:
