@@ -5,6 +5,7 @@ takes the actor's weights over a process group of its own. Every problem is an e
 
 - staleness needs a rollout group of its own, and no dynamic sampling (it draws its extra batches at step time);
 - the rollout pool is declared, hosts no other role, and its ranks split each stream chunk evenly;
+- ``rollout.worker`` imports and registers the methods the trainer calls on the group;
 - the weight sync needs the Ray backend; the PPO loop is the only one with a rollout group; agent rollouts
   do not run there yet.
 
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhfctl.recipe.errors import Issue, did_you_mean, error
+from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error
+from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import PoolInfo, resolve_pools
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, required_methods
 
 __all__ = ["check_placement"]
 
@@ -43,6 +45,7 @@ def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[
         issues.append(error("rollout.multi_turn.enable", (
             "rollout.multi_turn.enable: agent rollouts are not yet supported with rollout.placement: separate; "
             "set rollout.placement: colocated or turn multi_turn off")))
+    issues += _worker_issues(cfg)
     pools = pools if pools is not None else resolve_pools(cfg, strict=False)
     pool_issues = _pool_issues(cfg, pools)
     return issues + (pool_issues or _chunk_issues(cfg, pools[str(cfg.rollout.pool)]))
@@ -83,6 +86,22 @@ def _pool_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
             f"rollout.pool: {pool.name} also hosts {', '.join(others)} (roles.{others[0]}.pool); the rollout group "
             "needs its pool to itself, or its calls would queue behind the other role's; declare a pool for it"))]
     return []
+
+
+def _worker_issues(cfg: Any) -> list[Issue]:
+    """rollout.worker imports and registers the rollout group's methods."""
+    from rlhfctl.single_controller.decorator import registered_methods
+
+    try:
+        cls = import_class(str(cfg.rollout.worker), "rollout.worker")
+    except RecipeError as failure:
+        return [error("rollout.worker", str(failure))]
+    missing = [name for name in required_methods(cfg, ROLLOUT_ROLE) if name not in registered_methods(cls)]
+    if not missing:
+        return []
+    return [error("rollout.worker", (
+        f"rollout.worker: {cls.__module__}.{cls.__qualname__} lacks registered method(s) {', '.join(missing)} "
+        "needed as the rollout group; subclass workers.rollout_worker.RolloutWorker or decorate them with @register"))]
 
 
 def _chunk_issues(cfg: Any, pool: PoolInfo) -> list[Issue]:

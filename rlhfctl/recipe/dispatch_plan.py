@@ -1,7 +1,7 @@
 """The dispatch plan of a recipe: roles with their registered methods, and one training step's dataflow.
 
 Built from the worker classes' ``@register`` specs without starting anything. The rollout group
-(``rollout.placement: separate``) is a role here, with its worker class ``ROLLOUT_WORKER``. The JSON structure
+(``rollout.placement: separate``) is a role here, with its worker class ``rollout.worker``. The JSON structure
 (``rlhfctl inspect-dispatch --format json``) is documented in docs/cli.md; ``format_version`` changes
 when it does.
 """
@@ -13,10 +13,10 @@ from typing import Any
 from rlhfctl.agents.trajectory import response_width
 from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
 from rlhfctl.recipe.check_runtime import worker_classes
-from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
+from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of, resolve_pools
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, ROLLOUT_WORKER, present_roles, required_methods, rollout_pool
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, present_roles, required_methods, rollout_pool
 
 __all__ = ["FORMAT_VERSION", "build_dispatch_plan", "summarize_rows"]
 
@@ -140,7 +140,8 @@ def build_dispatch_plan(cfg: Any, batch_size: int | None = None) -> dict[str, An
     classes = worker_classes(cfg)
     workers = {role: str(cfg.roles[role].worker) for role in present_roles(cfg)}
     if rollout_pool(cfg) is not None:
-        classes[ROLLOUT_ROLE], workers[ROLLOUT_ROLE] = import_class(ROLLOUT_WORKER, "rollout.placement"), ROLLOUT_WORKER
+        workers[ROLLOUT_ROLE] = str(cfg.rollout.worker)
+        classes[ROLLOUT_ROLE] = import_class(workers[ROLLOUT_ROLE], "rollout.worker")
     roles = {role: _role_entry(cfg, role, workers[role], classes[role], pool_of(pools, role)) for role in workers}  # type: ignore[arg-type]
     prompts = int(batch_size if batch_size is not None else cfg.trainer.batch_size)
     samples = prompts * int(cfg.rollout.n)

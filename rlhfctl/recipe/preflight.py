@@ -34,9 +34,9 @@ from urllib.parse import urlparse
 
 from omegaconf import OmegaConf
 
-from rlhfctl.recipe.pools import PoolInfo, pool_shares
 from rlhfctl.recipe.check_reward_names import first_training_record, named_reward_problems
 from rlhfctl.recipe.errors import Issue, error, warning
+from rlhfctl.recipe.pools import PoolInfo, pool_shares
 from rlhfctl.recipe.stages import is_stage
 
 if TYPE_CHECKING:  # the data package is imported when the data is checked

@@ -92,6 +92,12 @@ def test_the_rollout_pool_counts_among_the_pools_that_must_fit():
     assert "gen 2 for rollout.pool" in gpus
 
 
+def test_the_rollout_worker_must_import_and_register_the_group_methods():
+    assert "rollout.worker" in issues(*SEPARATE, "rollout.worker=workers.nowhere.Rollout")
+    message = issues(*SEPARATE, "rollout.worker=workers.reward.RewardWorker")["rollout.worker"]
+    assert "lacks registered method(s) generate_sequences, receive_weights" in message
+
+
 def test_validate_cli_exits_2_naming_the_rollout_pool():
     result = validate_cli(QUICKSTART, *SEPARATE, "rollout.pool=main")
     assert result.exit_code == 2, result.output
