@@ -99,6 +99,10 @@ class RolloutWorker(RoleWorker):
             dtype=str(self.model_cfg["dtype"]),
         )
 
+    def take_inner_spans(self) -> list[tuple[str, float, float]]:
+        """The vLLM engine's phases (sync, generate) inside the last call, for the dispatch trace."""
+        return self.rollout_engine.take_spans() if self.rollout_engine is not None else []
+
     # ------------------------------------------------------------------ weights
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def join_weight_sync(self, address: SyncAddress) -> None:

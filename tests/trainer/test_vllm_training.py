@@ -56,3 +56,15 @@ def test_a_tied_lora_actor_passes_the_first_sync_probe_and_matches_the_engine_at
                     "roles.actor.model.config.tie_word_embeddings=true", "roles.actor.lora={r: 4, alpha: 8}")
     assert len(records) == 3
     assert all(record["rollout/logprob_diff"] <= 1e-3 for record in records), [r["rollout/logprob_diff"] for r in records]
+
+
+def test_a_rollout_group_of_vllm_engines_takes_the_actors_weights_over_the_channel(tmp_path):
+    """rollout.placement: separate with one step of staleness: the engine on its own pool loads each sync in place."""
+    records = train(tmp_path, "trainer.total_steps=4", "resource_pools.gen={process_on_nodes: [1], use_gpu: false}",
+                    "rollout.placement=separate", "rollout.pool=gen", "trainer.max_staleness=1",
+                    "rollout.sync_check_every=1")
+    assert [r["rollout/staleness/max"] for r in records] == [0.0, 1.0, 1.0, 1.0]
+    for record in records:  # after each sync the engine scores the probe as the actor does (float32)
+        assert record["rollout/sync_check_diff"] <= 1e-3 and record["rollout/sync_bytes"] > 0
+    spans = {event["name"] for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
+    assert {"rollout.vllm.sync", "rollout.vllm.generate", "rollout.generate_sequences", "actor.send_weights"} <= spans
