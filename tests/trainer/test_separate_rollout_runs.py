@@ -4,7 +4,8 @@
 - k = 1 overlaps generation with the update (the trace shows it), with batches one version old, and a
   run resumed from a checkpoint taken with batches in flight trains on the same prompts;
 - under a slow update and under a slow rollout no sample is older than k versions, with an FSDP2
-  actor of two ranks whose gathered shards reach the rollout engine intact.
+  actor of two ranks whose gathered shards reach the rollout engine intact, and the off-policy
+  corrections weigh the older samples by their behaviour log-probs.
 """
 
 from __future__ import annotations
@@ -87,12 +88,18 @@ def test_one_step_off_policy_overlaps_rollout_with_the_update_and_resumes_with_b
 def test_no_sample_is_older_than_the_bound_under_a_slow_update_or_a_slow_rollout(ray_session, tmp_path, slow):
     worker = ("roles.actor.worker=tests.trainer.slow_workers.SlowUpdateActor" if slow == "update"
               else "rollout.worker=tests.trainer.slow_workers.SlowRollout")
-    extra = (["resource_pools.main.process_on_nodes=[2]", "roles.actor.strategy=fsdp2", "rollout.sync_check_every=1"]
-             if slow == "update" else ["rollout.sync_every=2"])
+    # Each with an off-policy correction on the behaviour log-probs the hf rollout group returns: truncated
+    # importance sampling, or decoupled PPO (behaviour, proximal and current policy).
+    extra = (["resource_pools.main.process_on_nodes=[2]", "roles.actor.strategy=fsdp2", "rollout.sync_check_every=1",
+              "rollout.importance_cap=2.0"]
+             if slow == "update" else ["rollout.sync_every=2", "roles.actor.policy_loss=decoupled_ppo"])
     records = train("quickstart.yaml", tmp_path, *RUN, *SEPARATE, worker, *extra, "trainer.max_staleness=2",
                     "trainer.total_steps=5", "trainer.log_samples=0")
     ages = [r["rollout/staleness/max"] for r in records]
     assert max(ages) <= 2 and ages[:2] == [0.0, 1.0]
+    weights = [r["actor/behav_imp_weight/mean"] for r in records]
+    assert weights[0] == pytest.approx(1.0, abs=1e-5)  # on-policy at step 1: the engine is the actor
+    assert any(abs(weight - 1.0) > 1e-4 for weight in weights[2:])  # older samples weigh other than 1
     if slow == "update":
         assert ages == [0.0, 1.0, 2.0, 2.0, 2.0]  # the pipeline fills to the bound
         for record in records:  # shards gathered on both actor ranks, sent by rank 0: the engine has the same weights
