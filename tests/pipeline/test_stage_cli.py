@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
-
 import pytest
 from typer.testing import CliRunner
 
@@ -14,10 +11,11 @@ from rlhfctl.cli import app
 @pytest.fixture
 def no_training(monkeypatch):
     """rlhfctl.trainer with a run_training that only records the recipe it got."""
+    import rlhfctl.trainer
+
     seen = {}
-    module = types.ModuleType("rlhfctl.trainer")
-    module.run_training = lambda cfg, reporter: seen.setdefault("cfg", cfg)
-    monkeypatch.setitem(sys.modules, "rlhfctl.trainer", module)
+    # The real package stays (train imports its output-dir guard); only the run is replaced.
+    monkeypatch.setattr(rlhfctl.trainer, "run_training", lambda cfg, reporter: seen.setdefault("cfg", cfg))
     return seen
 
 
