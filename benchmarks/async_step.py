@@ -45,13 +45,13 @@ REWARD_WINDOW = 5
 REWARD_TARGET = 0.10
 
 
-def placement_overrides(staleness: int | None) -> list[str]:
-    """Pools of one process and one CPU each: main (actor, reference, reward) and, when separate, gen (rollout)."""
-    pools = ["resource_pools.main.num_cpus_per_process=1"]
+def placement_overrides(staleness: int | None, cpus: int = 1) -> list[str]:
+    """Pools of one process and ``cpus`` CPUs each: main (actor, reference, reward) and, when separate, gen (rollout)."""
+    pools = [f"resource_pools.main.num_cpus_per_process={cpus}"]
     if staleness is None:
-        return [*pools, "rollout.placement=colocated", "trainer.max_staleness=0", "ray.num_cpus=1"]
-    return [*pools, "resource_pools.gen={process_on_nodes: [1], use_gpu: false, num_cpus_per_process: 1}",
-            "rollout.placement=separate", "rollout.pool=gen", f"trainer.max_staleness={staleness}", "ray.num_cpus=2"]
+        return [*pools, "rollout.placement=colocated", "trainer.max_staleness=0", f"ray.num_cpus={cpus}"]
+    return [*pools, f"resource_pools.gen={{process_on_nodes: [1], use_gpu: false, num_cpus_per_process: {cpus}}}",
+            "rollout.placement=separate", "rollout.pool=gen", f"trainer.max_staleness={staleness}", f"ray.num_cpus={2 * cpus}"]
 
 
 def model_overrides(model: dict[str, int]) -> list[str]:
@@ -80,26 +80,26 @@ def child(spec_path: Path) -> None:
 
     spec = json.loads(spec_path.read_text())
     cfg = load_recipe(RECIPE, spec["overrides"])
-    recipe_threads = role_groups.cpu_threads_per_process(cfg, {role: cfg.roles[role] for role in present_roles(cfg)})
-    threads = int(spec["threads"])
-    role_groups.cpu_threads_per_process = lambda _cfg, _roles: threads  # one thread per process in every config
+    # Each pool reserves 1 CPU per process, so each process runs 1 torch thread (role_groups' rule).
+    threads = role_groups.cpu_threads_per_process(cfg, {role: cfg.roles[role] for role in present_roles(cfg)},
+                                                  str(cfg.roles.actor.pool))
     clock = StepClock()
     started = time.perf_counter()
     run_training(cfg, clock)
     out = Path(cfg.trainer.output_dir)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     result = {"records": records, "step_ends": [end - started for end in clock.ends],
-              "recipe_threads": recipe_threads, "threads": threads, "run_s": time.perf_counter() - started}
+              "threads": threads, "run_s": time.perf_counter() - started}
     if cfg.trainer.trace:
         result["overlap"] = overlap_seconds(out / "trace.json")
     (spec_path.parent / "result.json").write_text(json.dumps(result))
 
 
-def run_config(overrides: list[str], threads: int, timeout_s: float) -> dict[str, Any]:
+def run_config(overrides: list[str], timeout_s: float) -> dict[str, Any]:
     """One run in a fresh child process; returns its records, step end times and thread counts."""
     with tempfile.TemporaryDirectory(prefix="async_step_") as tmp:
         spec_path = Path(tmp) / "spec.json"
-        spec = {"overrides": [*overrides, f"trainer.output_dir={tmp}/run"], "threads": threads}
+        spec = {"overrides": [*overrides, f"trainer.output_dir={tmp}/run"]}
         spec_path.write_text(json.dumps(spec))
         started = time.perf_counter()
         done = subprocess.run([sys.executable, __file__, "--child", str(spec_path)], timeout=timeout_s,
@@ -150,7 +150,7 @@ def summarize(result: dict[str, Any], warmup: int) -> dict[str, Any]:
             "window_s_per_step": (ends[-1] - ends[warmup - 1]) / (len(ends) - warmup),
             **{key: median(key) for key in ("time/step", "time/generate", "time/update_actor", "time/weight_sync",
                                               "response_length/mean", "response_length/max", "rollout/staleness/mean")},
-            "recipe_threads": result["recipe_threads"], "threads": result["threads"], "wall_s": result["wall_s"],
+            "threads": result["threads"], "wall_s": result["wall_s"],
             **({"overlap": result["overlap"]} if "overlap" in result else {})}
 
 
@@ -172,8 +172,8 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
         measured = {}
         for label, staleness in order:
             traced = args.trace and staleness == TRACED_STALENESS
-            overrides = [*base, *placement_overrides(staleness), f"trainer.trace={str(traced).lower()}"]
-            measured[label] = summarize(run_config(overrides, args.threads, args.timeout), args.warmup)
+            overrides = [*base, *placement_overrides(staleness, args.threads), f"trainer.trace={str(traced).lower()}"]
+            measured[label] = summarize(run_config(overrides, args.timeout), args.warmup)
             print(f"round {round_index + 1} {label}: {measured[label]['s_per_step']:.3f} s/step "
                   f"(run {measured[label]['wall_s']:.0f} s)", flush=True)
         rounds.append(measured)
@@ -199,12 +199,12 @@ def print_speed(report: dict[str, Any]) -> None:
         phases = [statistics.median(run[key] for run in runs)
                   for key in ("time/generate", "time/update_actor", "time/weight_sync")]
         length = statistics.median(run["response_length/mean"] for run in runs)
-        threads = f"{runs[0]['threads']} (of {runs[0]['recipe_threads']})"
+        threads = str(runs[0]["threads"])
         per_round = "".join(f"{run['s_per_step']:>11.3f}" for run in runs)
         print(f"{label:<16}{per_round}{1 / s_per_step:>9.3f}{base / s_per_step:>8.2f}"
               f"{cell(phases[0], 10)}{cell(phases[1], 8)}{cell(phases[2], 8)}{length:>10.1f}{threads:>9}")
     print("s/step: median wall-clock between step records after the warm-up; vs (a): steps/s over (a)'s; "
-          "phases: medians of time/*; threads: torch threads per process (of the recipe's default)")
+          "phases: medians of time/*; threads: torch threads per worker process")
     for index, measured in enumerate(rounds):
         for label, run in measured.items():
             if "overlap" in run:
@@ -228,8 +228,8 @@ def reward(args: argparse.Namespace) -> dict[str, Any]:
         finals = {}
         for staleness in order:
             steps = [f"trainer.total_steps={args.steps}"] if args.steps else []
-            overrides = [*placement_overrides(staleness), *RUN_FILES, *steps, f"trainer.seed={seed}"]
-            result = run_config(overrides, args.threads, args.timeout)
+            overrides = [*placement_overrides(staleness, args.threads), *RUN_FILES, *steps, f"trainer.seed={seed}"]
+            result = run_config(overrides, args.timeout)
             finals[staleness] = final_reward(result["records"])
             print(f"seed {seed} k={staleness}: final reward {finals[staleness]:.4f} "
                   f"({len(result['records'])} steps, run {result['wall_s']:.0f} s)", flush=True)
@@ -255,7 +255,7 @@ def main() -> None:
     parser.add_argument("--trace", action="store_true", help="trace the k=1 runs and report the generate/update overlap")
     parser.add_argument("--reward", action="store_true", help="final reward of the quickstart at k=0 vs k=1 instead")
     parser.add_argument("--seeds", default="0", help="--reward: comma-separated trainer.seed values (default 0)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per worker process (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="CPUs each pool reserves per process, hence torch threads per worker (default 1)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds one run may take (default 3600)")
     parser.add_argument("--json", type=Path, default=None, help="also save every measurement here")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)

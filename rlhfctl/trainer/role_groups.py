@@ -48,14 +48,19 @@ class RoleGroups:
                 release()
 
 
-def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig]) -> int | None:
+def cpu_threads_per_process(cfg: DictConfig, roles: dict[str, DictConfig], pool: str | None = None) -> int | None:
     """Torch threads per worker so every process on a single machine shares its cores without oversubscribing.
 
-    Counts the processes of every pool in use (each pool's first node holds its first processes);
-    None for clusters joined by address, where each node's own core count decides.
+    A pool that reserves whole CPUs per process (``num_cpus_per_process: 1``) gets that many threads per
+    process. Otherwise the processes of every pool in use are counted (each pool's first node holds its
+    first processes) and the cores shared among them. None for clusters joined by address, where each
+    node's own core count decides.
     """
     if cfg.ray.address:
         return None
+    reserved = cfg.resource_pools[pool].get("num_cpus_per_process") if pool not in (None, DRIVER_POOL) else None
+    if reserved is not None and float(reserved) >= 1:
+        return int(reserved)
     used_pools = ({role_cfg.pool for role_cfg in roles.values()} | set(filter(None, [rollout_pool(cfg)]))) - {DRIVER_POOL}
     processes = sum(int(cfg.resource_pools[name].process_on_nodes[0]) for name in used_pools)
     return torch_threads_for(processes)
@@ -66,14 +71,15 @@ def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> R
     recipe = OmegaConf.to_container(cfg, resolve=True)
     roles = {role: cfg.roles[role] for role in present_roles(cfg)}
     by_pool: dict[str, dict[str, Any]] = {}
-    threads = cpu_threads_per_process(cfg, roles)
     for role, role_cfg in roles.items():
         cls = import_class(role_cfg.worker, f"roles.{role}.worker")
+        threads = cpu_threads_per_process(cfg, roles, role_cfg.pool)
         spec = RayClassWithInitArgs(cls, recipe, role).with_options(num_threads=threads)
         by_pool.setdefault(role_cfg.pool, {})[role] = spec
     pool_of_rollout = rollout_pool(cfg)
     if pool_of_rollout is not None:  # rollout.placement: separate, on a pool of its own
         spec = RayClassWithInitArgs(import_class(cfg.rollout.worker, "rollout.worker"), recipe, ROLLOUT_ROLE)
+        threads = cpu_threads_per_process(cfg, roles, pool_of_rollout)
         by_pool.setdefault(pool_of_rollout, {})[ROLLOUT_ROLE] = spec.with_options(num_threads=threads)
     groups: dict[str, WorkerGroup] = {}
     pools: list[Any] = []
