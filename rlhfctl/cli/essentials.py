@@ -42,7 +42,7 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
         ("pools", pools),
         ("data", data),
         ("batch", f"{cfg.trainer.batch_size} prompts x n={cfg.rollout.n} = {cfg.trainer.batch_size * cfg.rollout.n} samples/step"),
-        ("rollout", f"engine {cfg.rollout.get('engine', 'hf')} (rollout.engine)"),
+        ("rollout", _rollout(cfg)),
         ("steps", str(cfg.trainer.total_steps)),
         ("backend", cfg.ray.backend + (f" @ {cfg.ray.address}" if cfg.ray.address else "")),
         ("output", str(cfg.trainer.output_dir)),
@@ -57,6 +57,16 @@ def render_essentials(console: Console, cfg: Any, path: Path, report: Validation
     for key, value in rows:
         table.add_row(key, Text(value, style="bold yellow" if key == "remote code" else ""))
     console.print(table)
+
+
+def _rollout(cfg: Any) -> str:
+    """The engine, and with a rollout group of its own, its pool and the staleness bound."""
+    rollout = cfg.rollout
+    text = f"engine {rollout.get('engine', 'hf')} (rollout.engine)"
+    if rollout.get("placement") == "separate":
+        text += (f"; separate group on pool {rollout.get('pool')}, at most {cfg.trainer.get('max_staleness', 0)} "
+                 "version(s) stale (trainer.max_staleness)")
+    return text
 
 
 def _model(model: Any) -> str:

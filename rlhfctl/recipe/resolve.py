@@ -222,7 +222,7 @@ ROLE_METHODS: dict[str, tuple[str, ...]] = {
     "reference": ("compute_ref_log_prob",),
     "critic": ("init_model", "compute_values", "update_critic"),
     "reward": ("compute_rewards",),
-    ROLLOUT_ROLE: ("init_model", "generate_sequences", "receive_weights"),  # rollout.placement: separate
+    ROLLOUT_ROLE: ("init_model", "join_weight_sync", "receive_weights", "generate_sequences", "sync_probe"),  # placement: separate
 }
 
 
@@ -237,4 +237,6 @@ def required_methods(cfg: Any, role: str) -> tuple[str, ...]:
     methods = ROLE_METHODS[role]
     if role == "actor" and reference_source(cfg) == "actor":
         methods = (*methods, "compute_ref_log_prob")
+    if role == "actor" and rollout_pool(cfg) is not None:  # the sender's end of the weight channel
+        methods = (*methods, "open_weight_sync", "join_weight_sync", "send_weights", "check_weight_sync")
     return methods

@@ -95,7 +95,7 @@ def test_the_rollout_pool_counts_among_the_pools_that_must_fit():
 def test_the_rollout_worker_must_import_and_register_the_group_methods():
     assert "rollout.worker" in issues(*SEPARATE, "rollout.worker=workers.nowhere.Rollout")
     message = issues(*SEPARATE, "rollout.worker=workers.reward.RewardWorker")["rollout.worker"]
-    assert "lacks registered method(s) generate_sequences, receive_weights" in message
+    assert "lacks registered method(s) join_weight_sync, receive_weights, generate_sequences, sync_probe" in message
 
 
 def test_validate_cli_exits_2_naming_the_rollout_pool():
