@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from rlhfctl.errors import WorkerLost
 from rlhfctl.single_controller.worker_group import DispatchEvent, WorkerGroup
 
 TRACE_FILE = "trace.json"
@@ -59,12 +60,20 @@ class TraceRecorder:
                 track += " (driver process)"
             self._requested.append((track, group.request_rank_spans()))
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait (bounded) for the requested spans and add them to the trace."""
+    def flush(self, timeout: float | None = None) -> list[str]:
+        """Wait (bounded) for the requested spans and add them to the trace; returns the tracks whose process was lost
+        meanwhile (a rollout group restarted alone, a worker that died): their last spans are gone with them."""
         requested, self._requested = self._requested, []
+        lost = []
         for track, collect in requested:
-            for rank, role, method, start, end in collect(timeout):
+            try:
+                spans = collect(timeout)
+            except WorkerLost:
+                lost.append(track)
+                continue
+            for rank, role, method, start, end in spans:
                 self.worker_spans.append((track, rank, role, method, start, end))
+        return lost
 
     def to_chrome_trace(self) -> dict[str, Any]:
         """The trace as a Chrome trace-event JSON object."""

@@ -156,9 +156,11 @@ class TrainerBase:
     def _flush_trace(self) -> None:
         """Take in the spans still on their way; a rank that cannot answer loses its last step's spans."""
         try:
-            self.trace.flush(timeout=TRACE_FLUSH_TIMEOUT_S)
+            lost = self.trace.flush(timeout=TRACE_FLUSH_TIMEOUT_S)
         except WorkerGroupError as error:
-            self.reporter.message(f"the trace misses the last spans of a rank: {error}")
+            lost = [str(error)]
+        if lost:
+            self.reporter.message(f"the trace misses the last spans of {', '.join(lost)}: the process was lost")
 
     def shutdown(self) -> None:
         """Finish a checkpoint still being written (best effort), close the loggers and stop the worker processes."""
