@@ -79,15 +79,22 @@ class PPOTrainer(TrainerBase):
         self.effective = resolve(cfg)  # the recipe's fallbacks and derived values (validate shows the same)
         self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
         # rollout.placement: separate puts generation on a group of its own, up to trainer.max_staleness steps ahead.
-        self.rollout_group = self.groups.get(ROLLOUT_ROLE)
-        self.generator = self.rollout_group or self.actor  # who samples responses (validation and ReMax's baseline too)
-        if self.rollout_group is not None:
-            self.rollouts = SeparateRollouts(cfg, self.batcher, self.tokenizer, self.rollout_group, self.actor,
-                                             self.reward, self.critic, self.reference)
+        rollout_group = self.groups.get(ROLLOUT_ROLE)
+        if rollout_group is not None:
+            self.rollouts = SeparateRollouts(
+                cfg, self.batcher, self.tokenizer, rollout_group, self.actor, self.reward, self.critic,
+                self.reference, restart=lambda: self.groups.restart_rollout(float(cfg.trainer.restart_wait_s)),
+                notify=lambda text: self.reporter.message(text, "warning"))
         else:
             self.rollouts = Rollouts(cfg, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
         self.samples = SampleLog(self.output_dir, cfg.trainer.log_samples, self.tokenizer)
         self._start_runtime()
+
+    @property
+    def generator(self) -> Any:
+        """Who samples responses (validation and ReMax's baseline too): the rollout group if there is one (it may have
+        been restarted since), else the actor."""
+        return self.rollouts.rollout if isinstance(self.rollouts, SeparateRollouts) else self.actor
 
     def setup(self) -> None:
         """Build the models and resume; with a rollout group, open the weight channel and send the first batches."""

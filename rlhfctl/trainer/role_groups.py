@@ -25,6 +25,8 @@ class RoleGroups:
 
     groups: dict[str, WorkerGroup]
     pools: list[Any] = field(default_factory=list)
+    cfg: DictConfig | None = None
+    call_timeout_s: float | None = None
 
     def get(self, role: str) -> WorkerGroup | None:
         return self.groups.get(role)
@@ -34,6 +36,35 @@ class RoleGroups:
 
     def all(self) -> list[WorkerGroup]:
         return list(self.groups.values())
+
+    def restart_rollout(self, wait_s: float) -> WorkerGroup:
+        """Replace the rollout group (``rollout.placement: separate``) with fresh processes on its pool, the other
+        groups untouched: stop it, release its pool, wait up to ``wait_s`` for the pool's resources, start and
+        build the new one (it keeps the old one's observers); returns it."""
+        from rlhfctl.trainer.restarts import pool_needs, wait_for_resources
+
+        old = self.groups[ROLLOUT_ROLE]
+        pool_name = rollout_pool(self.cfg)
+        old_pool = next((pool for pool in self.pools if getattr(pool, "name", None) == pool_name), None)
+        try:
+            old.shutdown()
+        except Exception:  # noqa: BLE001 - the processes may be gone already
+            pass
+        if old_pool is not None:
+            self.pools.remove(old_pool)
+            old_pool.release()
+            if not wait_for_resources(pool_needs([old_pool]), wait_s):
+                raise RuntimeError(f"the rollout pool {pool_name}'s resources were not free again within {wait_s:g} s")
+        recipe = OmegaConf.to_container(self.cfg, resolve=True)
+        roles = {role: self.cfg.roles[role] for role in present_roles(self.cfg)}
+        spec = _rollout_spec(self.cfg, recipe, roles)
+        built, pool = _groups_on_pool(self.cfg, pool_name, {ROLLOUT_ROLE: spec}, self.call_timeout_s)
+        self.pools.append(pool)
+        group = built[ROLLOUT_ROLE]
+        group.observers.extend(old.observers)
+        self.groups[ROLLOUT_ROLE] = group
+        group.init_model()
+        return group
 
     def shutdown(self) -> None:
         """Stop every worker process and release the placement groups."""
@@ -78,25 +109,35 @@ def build_role_groups(cfg: DictConfig, call_timeout_s: float | None = None) -> R
         by_pool.setdefault(role_cfg.pool, {})[role] = spec
     pool_of_rollout = rollout_pool(cfg)
     if pool_of_rollout is not None:  # rollout.placement: separate, on a pool of its own
-        spec = RayClassWithInitArgs(import_class(cfg.rollout.worker, "rollout.worker"), recipe, ROLLOUT_ROLE)
-        threads = cpu_threads_per_process(cfg, roles, pool_of_rollout)
-        by_pool.setdefault(pool_of_rollout, {})[ROLLOUT_ROLE] = spec.with_options(num_threads=threads)
+        by_pool.setdefault(pool_of_rollout, {})[ROLLOUT_ROLE] = _rollout_spec(cfg, recipe, roles)
     groups: dict[str, WorkerGroup] = {}
     pools: list[Any] = []
-    local = cfg.ray.backend == "local"
     for pool_name, role_specs in by_pool.items():
         if pool_name == DRIVER_POOL:  # a reward function in this process: one rank, calls run when sent
             groups.update(LocalWorkerGroup.create_colocated(1, role_specs, call_timeout_s=call_timeout_s))
             continue
-        pool_cfg = cfg.resource_pools[pool_name]
-        pool = RayResourcePool(
-            list(pool_cfg.process_on_nodes),
-            use_gpu=bool(pool_cfg.use_gpu),
-            max_colocate_count=int(pool_cfg.max_colocate_count),
-            name=pool_name,
-            num_cpus_per_process=pool_cfg.get("num_cpus_per_process"),
-        )
+        built, pool = _groups_on_pool(cfg, pool_name, role_specs, call_timeout_s)
+        groups.update(built)
         pools.append(pool)
-        factory = LocalWorkerGroup if local else RayWorkerGroup
-        groups.update(factory.create_colocated(pool, role_specs, call_timeout_s=call_timeout_s))
-    return RoleGroups(groups=groups, pools=pools)
+    return RoleGroups(groups=groups, pools=pools, cfg=cfg, call_timeout_s=call_timeout_s)
+
+
+def _rollout_spec(cfg: DictConfig, recipe: Any, roles: dict[str, DictConfig]) -> RayClassWithInitArgs:
+    """The rollout group's worker (``rollout.worker``), with its pool's torch threads."""
+    spec = RayClassWithInitArgs(import_class(cfg.rollout.worker, "rollout.worker"), recipe, ROLLOUT_ROLE)
+    return spec.with_options(num_threads=cpu_threads_per_process(cfg, roles, rollout_pool(cfg)))
+
+
+def _groups_on_pool(cfg: DictConfig, pool_name: str, role_specs: dict[str, Any],
+                    call_timeout_s: float | None) -> tuple[dict[str, WorkerGroup], Any]:
+    """The pool ``resource_pools.<pool_name>`` and the colocated groups of ``role_specs`` on it."""
+    pool_cfg = cfg.resource_pools[pool_name]
+    pool = RayResourcePool(
+        list(pool_cfg.process_on_nodes),
+        use_gpu=bool(pool_cfg.use_gpu),
+        max_colocate_count=int(pool_cfg.max_colocate_count),
+        name=pool_name,
+        num_cpus_per_process=pool_cfg.get("num_cpus_per_process"),
+    )
+    factory = LocalWorkerGroup if cfg.ray.backend == "local" else RayWorkerGroup
+    return factory.create_colocated(pool, role_specs, call_timeout_s=call_timeout_s), pool

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from rlhfctl.errors import WorkerLost
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.trainer.prompt_source import to_dataproto
 from rlhfctl.trainer.rollout import Rollout
@@ -56,7 +58,17 @@ class StreamedRollout:
         self._metrics: dict[str, float] = {}
 
     def responses(self) -> DataProto:
-        """The generated batch; each chunk's reward is started the moment that chunk is back."""
+        """The generated batch; each chunk's reward is started the moment that chunk is back. A rollout group lost
+        meanwhile is restarted alone (``trainer.max_restarts``) and this step's batch generated again."""
+        try:
+            return self._collect()
+        except WorkerLost as error:
+            if getattr(error, "role", None) != ROLLOUT_ROLE:
+                raise
+            self.chunks = self._rollouts.restart_group(error, self.step).chunks
+            return self._collect()
+
+    def _collect(self) -> DataProto:
         parts, rewards = [], []
         for chunk in self.chunks:
             generated = chunk.generated.get()
@@ -75,16 +87,21 @@ class StreamedRollout:
         return Rollout(self.prompts, _Ready(batch), _Ready(self._reward), values, reference).scored(batch, reference_on_driver)
 
     def metrics(self) -> dict[str, float]:
-        """``rollout/staleness/mean`` and ``/max`` of this batch, and the weight syncs finished since the last step."""
-        return {**self._metrics, **self._rollouts.sync.metrics()}
+        """``rollout/staleness/mean`` and ``/max`` of this batch, the weight syncs finished since the last step and,
+        after a restart of the rollout group, ``rollout/restarts``."""
+        return {**self._metrics, **self._rollouts.sync_metrics(self.step)}
 
 
 class SeparateRollouts:
     """Draws prompts, keeps the next steps' batches in flight on the rollout group and syncs the actor's weights to it."""
 
     def __init__(self, cfg: DictConfig, batcher: Any, tokenizer: Any, rollout: WorkerGroup, actor: WorkerGroup,
-                 reward: WorkerGroup, critic: WorkerGroup | None, reference: WorkerGroup | None) -> None:
+                 reward: WorkerGroup, critic: WorkerGroup | None, reference: WorkerGroup | None,
+                 restart: Callable[[], WorkerGroup] | None = None, notify: Callable[[str], None] | None = None) -> None:
         trainer = cfg.trainer
+        self.max_restarts = int(trainer.max_restarts)
+        self.restarts = 0
+        self._restart, self._notify = restart, notify or (lambda message: None)
         self.batcher, self.tokenizer = batcher, tokenizer
         self.rollout, self.actor, self.reward, self.critic, self.reference = rollout, actor, reward, critic, reference
         self.schedule = StalenessSchedule(int(trainer.max_staleness), int(cfg.rollout.sync_every),
@@ -97,6 +114,7 @@ class SeparateRollouts:
         self.reward_takes_futures = own_pool and reward.backend == rollout.backend and reward.world_size == rollout.world_size
         self._in_flight: deque[StreamedRollout] = deque()
         self._states_before: deque[tuple[dict[str, Any], int]] = deque()  # (batcher state, draws) before each in-flight draw
+        self._current: tuple[dict[str, Any], int] | None = None  # the same, of the batch the trainer took last
         self.draws = 0
         self.next_unsent = 1
         self.synced_version = 0
@@ -115,7 +133,7 @@ class SeparateRollouts:
         """This step's batch: the oldest in flight."""
         if not self._in_flight:
             self._fill()
-        self._states_before.popleft()
+        self._current = self._states_before.popleft()
         return self._in_flight.popleft()
 
     def send_ahead(self, step: int) -> None:
@@ -130,6 +148,45 @@ class SeparateRollouts:
         if actor_version > self.synced_version:
             self.sync.send(actor_version)
             self.synced_version = actor_version
+
+    def sync_metrics(self, step: int) -> dict[str, float]:
+        """The weight syncs' readings (see :class:`WeightSync`); a rollout group lost during a sync is restarted alone,
+        the batches it had in flight drawn again."""
+        try:
+            metrics = self.sync.metrics()
+        except WorkerLost as error:
+            if getattr(error, "role", None) != ROLLOUT_ROLE:
+                raise
+            self._restart_and_rewind(error, step + 1, self._states_before[0] if self._states_before else None)
+            metrics = {}
+        return {**metrics, **({"rollout/restarts": float(self.restarts)} if self.restarts else {})}
+
+    def restart_group(self, error: WorkerLost, step: int) -> StreamedRollout:
+        """Restart the lost rollout group alone and send step ``step``'s batch again (its prompts, its draw number)."""
+        self._restart_and_rewind(error, step, self._current)
+        self._current = self._states_before.popleft()
+        return self._in_flight.popleft()
+
+    def _restart_and_rewind(self, error: WorkerLost, first_lost: int, rewind: tuple[dict[str, Any], int] | None) -> None:
+        """Fresh rollout processes with the actor's current weights; the prompt order and draws back to before the
+        first lost batch (``first_lost``), then the pipeline refilled. The actor, critic and reward are untouched."""
+        self.restarts += 1
+        if self._restart is None or self.restarts > self.max_restarts:
+            raise error
+        self._notify(f"rollout group restart {self.restarts}/{self.max_restarts}: {error}; starting fresh rollout "
+                     f"workers alone, step {first_lost}'s batch and later ones drawn again")
+        self.sync.abandon()
+        self.rollout = self.sync.rollout = self._restart()
+        if rewind is not None:
+            self.batcher.load_state_dict(rewind[0])
+            self.draws = rewind[1]
+        self._in_flight.clear()
+        self._states_before.clear()
+        self.next_unsent = first_lost
+        self.synced_version = self.schedule.updates_before(first_lost)  # the actor has taken the updates before it
+        self.sync.open()
+        self.sync.send(self.synced_version)
+        self._fill()
 
     def batcher_state(self) -> dict[str, Any]:
         """The prompt order before the oldest batch in flight: a resumed run draws those prompts again."""

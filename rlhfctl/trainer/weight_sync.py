@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlhfctl.single_controller import WorkerGroup
+from rlhfctl.single_controller import WorkerGroup, WorkerGroupError
 
 __all__ = ["WeightSync"]
 
@@ -49,14 +49,23 @@ class WeightSync:
         probe = self.rollout.sync_probe.submit() if due else None
         self._pending.append(_Sync(version, send, receive, probe))
 
+    def abandon(self) -> None:
+        """Forget the syncs in flight to a lost rollout group: the actor's sends finish or fail (bounded), then go."""
+        pending, self._pending = self._pending, []
+        for sync in pending:
+            try:
+                sync.send.get()
+            except WorkerGroupError:  # the channel broke under the send; the actor itself goes on
+                pass
+
     def metrics(self) -> dict[str, float]:
         """The finished syncs' readings: ``time/weight_sync`` (the receivers' seconds), ``rollout/sync_bytes``,
         ``rollout/sync_version`` and, when checked, ``rollout/sync_check_diff``; waits for the syncs still running."""
         metrics: dict[str, float] = {}
         pending, self._pending = self._pending, []
         for sync in pending:
+            received = sync.receive.get()  # first: a lost rollout rank shows here as itself, not as the actor's broken send
             sent = sync.send.get()
-            received = sync.receive.get()
             if int(sent["version"]) != sync.version:  # the driver's count of updates and the actor's own disagree
                 raise RuntimeError(f"the actor sent weights of version {int(sent['version'])} for sync {sync.version}")
             metrics["time/weight_sync"] = metrics.get("time/weight_sync", 0.0) + float(received["time/weight_receive"])
