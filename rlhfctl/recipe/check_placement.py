@@ -41,6 +41,11 @@ def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[
         issues.append(error("rollout.placement", (
             "rollout.placement: separate syncs weights with a collective between the actor's and the rollout "
             "group's processes, which ray.backend: local runs one call at a time in the driver; use ray.backend: ray")))
+    if cfg.algorithm.filter_groups.enable:
+        issues.append(error("algorithm.filter_groups.enable", (
+            "algorithm.filter_groups.enable: dynamic sampling is not yet supported with rollout.placement: separate "
+            "(it draws its extra batches at step time, from the actor); set rollout.placement: colocated or turn "
+            "filter_groups off")))
     if cfg.rollout.multi_turn.enable:
         issues.append(error("rollout.multi_turn.enable", (
             "rollout.multi_turn.enable: agent rollouts are not yet supported with rollout.placement: separate; "
@@ -52,7 +57,7 @@ def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[
 
 
 def _staleness(cfg: Any, separate: bool) -> list[Issue]:
-    """trainer.max_staleness > 0 needs a rollout group of its own, and no dynamic sampling."""
+    """trainer.max_staleness > 0 needs a rollout group of its own."""
     staleness = int(cfg.trainer.max_staleness)
     if staleness <= 0:
         return []
@@ -62,10 +67,6 @@ def _staleness(cfg: Any, separate: bool) -> list[Issue]:
             f"trainer.max_staleness: {staleness} lets the rollout run ahead of the actor, but with rollout.placement: "
             "colocated the actor's ranks generate in turn with the update; set rollout.placement: separate and "
             "rollout.pool, or max_staleness: 0")))
-    if cfg.algorithm.filter_groups.enable:
-        issues.append(error("trainer.max_staleness", (
-            f"trainer.max_staleness: {staleness} with algorithm.filter_groups.enable is not supported: dynamic sampling "
-            "draws its extra batches at step time; set max_staleness: 0 or turn filter_groups off")))
     return issues
 
 

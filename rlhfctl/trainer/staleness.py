@@ -36,8 +36,8 @@ class StalenessSchedule:
 
     def needs_sync(self, actor_version: int, synced_version: int, next_unsent: int) -> bool:
         """Whether to send the weights now: ``sync_every`` updates have passed, or the next batch waits for them."""
-        if actor_version <= synced_version:
-            return False
+        if actor_version <= synced_version or next_unsent > self.total_steps:
+            return False  # nothing left to generate (validation syncs for itself)
         if actor_version - synced_version >= self.sync_every:
             return True
         return next_unsent <= self.total_steps and not self.may_send(next_unsent, synced_version)
