@@ -1,12 +1,14 @@
 """Seconds per GRPO optimizer step of TRL's GRPOTrainer on the model, batch and lengths of train_step.py.
 
-    /tmp/trl-venv/bin/python benchmarks/trl_grpo_baseline.py [--size tiny|small] [--steps 8] [--json PATH]
+    /tmp/trl-venv/bin/python benchmarks/trl_grpo_baseline.py [--size tiny|small|33m] [--steps 8] [--threads N]
+                                                              [--json PATH] [--dry-run]
 
 Runs in a separate virtualenv that has ``trl`` (see benchmarks/README.md); rlhfctl itself is imported
 from this checkout only for the character tokenizer, the model config builder and the "digits" task,
 none of which needs Ray. The policy is a Qwen2ForCausalLM built from a config with seeded random weights
-(nothing is downloaded). One optimizer step consumes 8 prompts x 4 samples of up to 32 new tokens, as in
-``benchmarks/train_step.py``; the first ``--warmup`` steps are left out of the median.
+(nothing is downloaded). One optimizer step consumes 8 prompts x 4 samples of up to the size's new tokens
+(32; 128 at ``33m``), as in ``benchmarks/train_step.py``; the first ``--warmup`` steps are left out of the
+median. ``--dry-run`` builds the model and prints its architecture and parameters without training.
 """
 
 from __future__ import annotations
@@ -44,31 +46,39 @@ from rlhfctl.models.loading import build_config  # noqa: E402
 from rlhfctl.models.tokenizer import CharTokenizer  # noqa: E402
 from rlhfctl.tasks import digits  # noqa: E402
 
-# The two sizes of benchmarks/train_step.py; "tiny" is the quickstart's model.
+# The sizes of benchmarks/train_step.py, field for field (vs_trl.py checks that the two agree).
 SIZES = {
-    "tiny": {"label": "tiny (h64 x2)", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128},
-    "small": {"label": "small (h256 x4)", "hidden_size": 256, "num_hidden_layers": 4, "intermediate_size": 512},
+    "tiny": {"label": "tiny (h64 x2)", "new_tokens": 32,
+             "model": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+                       "intermediate_size": 128, "max_position_embeddings": 128}},
+    "small": {"label": "small (h256 x4)", "new_tokens": 32,
+              "model": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+                        "intermediate_size": 512, "max_position_embeddings": 128}},
+    "33m": {"label": "33m (h512 x8)", "new_tokens": 128,
+            "model": {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 4,
+                      "intermediate_size": 2048, "max_position_embeddings": 256}},
 }
-COMMON_CONFIG = {"model_type": "qwen2", "num_attention_heads": 4, "num_key_value_heads": 4,
-                 "max_position_embeddings": 128}
 PROMPTS_PER_STEP = 8
 GENERATIONS = 4
-MAX_NEW_TOKENS = 32
+TEMPERATURE = 1.0
 NUM_PROMPTS = 64
 SEED = 0
 
 
 def build_model(size: str, tokenizer: CharTokenizer) -> torch.nn.Module:
     """Qwen2ForCausalLM from a config, seeded random init, float32: the same config rlhfctl builds."""
-    spec = SIZES[size]
-    fields = {**COMMON_CONFIG, **{k: v for k, v in spec.items() if k != "label"}}
-    config = build_config({"config": fields}, tokenizer)  # vocab 100 and pad/eos/bos ids from the tokenizer
+    config = build_config({"config": architecture(size)}, tokenizer)  # vocab 100 and pad/eos/bos ids from the tokenizer
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+def architecture(size: str) -> dict[str, object]:
+    """The inline qwen2 fields of ``size``, as train_step.py puts them in the recipe."""
+    return {"model_type": "qwen2", **SIZES[size]["model"]}
 
 
 def digits_reward(prompts: list[str], completions: list[str], ground_truth: list[str], **_: object) -> list[float]:
@@ -109,7 +119,7 @@ class StepTimer(TrainerCallback):
         self.ends.append(time.perf_counter())
 
 
-def make_args(out_dir: str, total_steps: int, beta: float) -> GRPOConfig:
+def make_args(out_dir: str, total_steps: int, beta: float, new_tokens: int) -> GRPOConfig:
     # One optimizer step per generation batch: per_device_train_batch_size counts *completions*, so 32 rows
     # = 8 prompts x 4 generations; gradient_accumulation_steps=1 makes steps_per_generation=1 and
     # generation_batch_size=32, and num_iterations=1 keeps it on-policy (no separate old-logprob pass).
@@ -119,8 +129,8 @@ def make_args(out_dir: str, total_steps: int, beta: float) -> GRPOConfig:
         gradient_accumulation_steps=1,
         num_generations=GENERATIONS,
         num_iterations=1,
-        max_completion_length=MAX_NEW_TOKENS,
-        temperature=1.0,
+        max_completion_length=new_tokens,
+        temperature=TEMPERATURE,
         top_p=1.0,
         top_k=0,
         beta=beta,
@@ -160,7 +170,7 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) ->
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=digits_reward,
-            args=make_args(out_dir, warmup + steps, beta),
+            args=make_args(out_dir, warmup + steps, beta, SIZES[size]["new_tokens"]),
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[timer],
@@ -180,7 +190,9 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) ->
         "params": sum(p.numel() for p in trainer.model.parameters()),
         "prompts_per_step": PROMPTS_PER_STEP,
         "generations": GENERATIONS,
-        "max_completion_length": MAX_NEW_TOKENS,
+        "max_completion_length": SIZES[size]["new_tokens"],
+        "temperature": TEMPERATURE,
+        "architecture": architecture(size),
         "beta": beta,
         "torch_threads": torch.get_num_threads(),
         "warmup_steps": warmup,
@@ -199,6 +211,16 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) ->
     }
 
 
+def describe(size: str, threads: int | None) -> dict:
+    """What ``run`` would time: the built model's architecture and parameters, the batch and the threads."""
+    if threads:
+        torch.set_num_threads(threads)
+    model = build_model(size, CharTokenizer())
+    return {"model": SIZES[size]["label"], "architecture": architecture(size),
+            "parameters": sum(p.numel() for p in model.parameters()), "prompts": PROMPTS_PER_STEP, "n": GENERATIONS,
+            "new_tokens": SIZES[size]["new_tokens"], "temperature": TEMPERATURE, "torch_threads": torch.get_num_threads()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
@@ -209,13 +231,20 @@ def main() -> None:
                              "quickstart's KL loss")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    parser.add_argument("--dry-run", action="store_true", help="build the model, print what would run, train nothing")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     transformers.utils.logging.disable_progress_bar()
+    if args.dry_run:
+        described = describe(args.size, args.threads)
+        print(json.dumps(described))
+        if args.json:
+            args.json.write_text(json.dumps(described, indent=1))
+        return
     result = run(args.size, args.steps, args.warmup, args.beta, args.threads)
     print(f"{result['framework']}  {result['model']}  {result['params']:,} params  beta={result['beta']}  "
           f"torch threads={result['torch_threads']}")
-    print(f"{PROMPTS_PER_STEP} prompts x {GENERATIONS} generations, <= {MAX_NEW_TOKENS} new tokens; "
+    print(f"{PROMPTS_PER_STEP} prompts x {GENERATIONS} generations, <= {result['max_completion_length']} new tokens; "
           f"{result['timed_steps']} timed steps after {result['warmup_steps']} warm-up")
     print(f"median {result['median_s_per_step']:.3f} s/step  (mean {result['mean_s_per_step']:.3f}, "
           f"min {result['min_s_per_step']:.3f}, max {result['max_s_per_step']:.3f}); "

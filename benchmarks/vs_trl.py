@@ -1,7 +1,8 @@
 """Our GRPO step against TRL's GRPOTrainer, side by side: the two alternate, round after round, in one run.
 
-    python benchmarks/vs_trl.py --trl-python /tmp/trl-venv/bin/python [--rounds 3] [--sizes tiny,small]
-                                [--algorithms kl,no-kl] [--steps 8] [--json PATH]
+    python benchmarks/vs_trl.py --trl-python /tmp/trl-venv/bin/python [--rounds 3] [--sizes tiny,small,33m]
+                                [--algorithms kl,no-kl] [--steps 8] [--placement colocated|separate]
+                                [--staleness K] [--timeout S] [--json PATH] [--dry-run]
 
 Each comparison runs the same algorithm on both sides:
 
@@ -15,90 +16,129 @@ round, so the machine's drift hits both. The table shows each side's median seco
 warm-up steps) per round, and ``TRL / ours``: above 1 means our step is faster. It also splits each side's
 step into sampling (``generate``) and the rest (reward, reference and log-prob passes, loss, backward,
 optimizer step), so it shows which part a difference comes from.
+
+``--placement separate --staleness 1`` times our best configuration on a CPU machine: the rollout on a
+pool of its own generating the next batch while the actor updates. Its ``generate`` is then only the wait
+for that batch, so the table leaves our split out and compares seconds per step only.
+
+Both sides get the machine's cores: TRL one process with that many torch threads (``--threads``), ours
+one worker process with as many (colocated) or two with half each (separate), by the trainer's own rule.
+Before timing anything, both sides describe what they would run (``--dry-run`` of each script) and the
+run stops unless model, parameters, batch, response length and temperature agree; ``--dry-run`` here
+stops after that check.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from flops import percent
 
 HERE = Path(__file__).resolve().parent
 ALGORITHMS = {"kl": {"beta": "0.001", "ours": []}, "no-kl": {"beta": "0.0", "ours": ["--no-kl"]}}
-SIZES = ("tiny", "small")
+SIZES = ("tiny", "small", "33m")
+# What both sides' --dry-run report and must agree on.
+SAME = ("architecture", "parameters", "prompts", "n", "new_tokens", "temperature")
 
 
-def _run_json(command: list[str], what: str) -> dict:
+def _run_json(command: list[str], what: str, timeout_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
-        done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, timeout=900)
+        done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, timeout=timeout_s,
+                              check=False)
         if done.returncode != 0 or not out.exists():
             tail = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
             raise SystemExit(f"{what} failed (exit {done.returncode}):\n{tail}")
         return json.loads(out.read_text())
 
 
-def trl_step(trl_python: str, size: str, beta: str, steps: int) -> dict:
-    """Median s/step and generate time of TRL's GRPOTrainer (one fresh process)."""
-    result = _run_json([trl_python, str(HERE / "trl_grpo_baseline.py"), "--size", size, "--beta", beta,
-                        "--steps", str(steps)], f"TRL baseline ({size}, beta={beta})")
-    return {"s_per_step": result["median_s_per_step"], "generate": result["median_generate_s"]}
+class Sides:
+    """How to run each side: TRL's python and threads, our train_step.py flags, steps and the time limit."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.trl_python, self.steps, self.timeout_s = args.trl_python, args.steps, args.timeout
+        self.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.placement = ["--placement", args.placement, "--staleness", str(args.staleness)]
+
+    def trl_command(self, size: str, beta: str) -> list[str]:
+        return [self.trl_python, str(HERE / "trl_grpo_baseline.py"), "--size", size, "--beta", beta,
+                "--steps", str(self.steps), "--threads", str(self.threads)]
+
+    def our_command(self, size: str, flags: list[str]) -> list[str]:
+        return [sys.executable, str(HERE / "train_step.py"), "--sizes", size, "--steps", str(self.steps),
+                *self.placement, *flags]
+
+    def trl_step(self, size: str, beta: str) -> dict:
+        """Median s/step and generate time of TRL's GRPOTrainer (one fresh process)."""
+        result = _run_json(self.trl_command(size, beta), f"TRL baseline ({size}, beta={beta})", self.timeout_s)
+        return {"s_per_step": result["median_s_per_step"], "generate": result["median_generate_s"],
+                "torch_threads": result["torch_threads"]}
+
+    def our_step(self, size: str, flags: list[str]) -> dict:
+        """Median s/step, generate time (the wait, at staleness >= 1), wall-clock per step and model-FLOPs
+        shares of train_step.py (one fresh process, its own private Ray)."""
+        (result,) = _run_json(self.our_command(size, flags), f"train_step.py ({size} {' '.join(flags)})", self.timeout_s)
+        return {"s_per_step": result["s_per_step"], "generate": result["phases"].get("generate", 0.0),
+                "window_s_per_step": result["window_s_per_step"], "max_staleness": result["max_staleness"],
+                "workers": result["workers"], "mfu/generate": result["mfu/generate"], "mfu/update": result["mfu/update"]}
+
+    def check_same_work(self, size: str, algorithm: str) -> str:
+        """Both sides' --dry-run must describe the same model and batch; returns the threads each side gets."""
+        spec = ALGORITHMS[algorithm]
+        trl = _run_json([*self.trl_command(size, spec["beta"]), "--dry-run"], f"TRL dry run ({size})", self.timeout_s)
+        (ours,) = _run_json([*self.our_command(size, spec["ours"]), "--dry-run"], f"train_step.py dry run ({size})",
+                            self.timeout_s)
+        if differ := {key: (trl[key], ours[key]) for key in SAME if trl[key] != ours[key]}:
+            raise SystemExit(f"{size} {algorithm}: the two sides would not run the same work (TRL, ours): {differ}")
+        workers = " + ".join(f"{w['processes']} x {w['threads']} ({pool})" for pool, w in ours["workers"].items())
+        return (f"{size} {algorithm}: {ours['parameters'] / 1e6:.2f}M parameters, {ours['prompts']} prompts x "
+                f"{ours['n']}, <= {ours['new_tokens']} new tokens, temperature {ours['temperature']:g}; torch threads: "
+                f"TRL 1 x {trl['torch_threads']}, ours {workers} (processes x threads)")
 
 
-def our_step(size: str, flags: list[str], steps: int) -> dict:
-    """Median s/step, generate time and model-FLOPs shares of train_step.py (one fresh process, its own private Ray)."""
-    results = _run_json([sys.executable, str(HERE / "train_step.py"), "--sizes", size, "--steps", str(steps),
-                         *flags], f"train_step.py ({size} {' '.join(flags)})")
-    (result,) = results
-    return {"s_per_step": result["s_per_step"], "generate": result["phases"].get("generate", 0.0),
-            "mfu/generate": result["mfu/generate"], "mfu/update": result["mfu/update"]}
+def phase_cell(rows: list[dict], side: str, phase: str) -> str:
+    """One side's median seconds of sampling (``generate``) or of the rest of a step; "-" for our step at
+    staleness >= 1, whose ``generate`` is the wait for a batch generated during the previous step."""
+    if side == "ours" and rows[0]["ours"]["max_staleness"] >= 1:
+        return "-"
+    seconds = [r[side]["generate"] if phase == "generate" else r[side]["s_per_step"] - r[side]["generate"] for r in rows]
+    return f"{statistics.median(seconds):.3f}"
 
 
-def phase_seconds(row: dict, side: str, phase: str) -> float:
-    """One side's median seconds of sampling (``generate``) or of everything else in a step (``rest``)."""
-    measured = row[side]
-    return measured["generate"] if phase == "generate" else measured["s_per_step"] - measured["generate"]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trl-python", required=True, help="python of a virtualenv with trl (benchmarks/README.md)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--sizes", default="tiny,small")
-    parser.add_argument("--algorithms", default="kl,no-kl")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement (default 8)")
-    parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
-    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    if bad := [s for s in sizes if s not in SIZES] + [a for a in algorithms if a not in ALGORITHMS]:
-        parser.error(f"unknown size or algorithm {bad}; sizes: {list(SIZES)}, algorithms: {list(ALGORITHMS)}")
-
+def measure_rounds(sides: Sides, rounds: int, sizes: list[str], algorithms: list[str]) -> list[dict]:
+    """Every round, size and algorithm: both sides, the order flipped every round; one line each as it lands."""
     rows = []
-    for round_index in range(args.rounds):
+    for round_index in range(rounds):
         for size in sizes:
             for algorithm in algorithms:
                 spec = ALGORITHMS[algorithm]
-                sides = [("trl", lambda: trl_step(args.trl_python, size, spec["beta"], args.steps)),
-                         ("ours", lambda: our_step(size, spec["ours"], args.steps))]
+                order = [("trl", partial(sides.trl_step, size, spec["beta"])),
+                         ("ours", partial(sides.our_step, size, spec["ours"]))]
                 if round_index % 2:
-                    sides.reverse()
-                measured = {name: run() for name, run in sides}
+                    order.reverse()
+                measured = {name: run() for name, run in order}
                 row = {"round": round_index + 1, "size": size, "algorithm": algorithm, **measured,
                        "trl_over_ours": measured["trl"]["s_per_step"] / measured["ours"]["s_per_step"]}
                 rows.append(row)
-                print(f"round {row['round']}  {size:<5} {algorithm:<5}  TRL {measured['trl']['s_per_step']:.3f} "
-                      f"(generate {measured['trl']['generate']:.3f})  ours {measured['ours']['s_per_step']:.3f} "
-                      f"(generate {measured['ours']['generate']:.3f})  TRL/ours {row['trl_over_ours']:.2f}  ours' MFU "
-                      f"generate {percent(measured['ours']['mfu/generate'])} update {percent(measured['ours']['mfu/update'])}",
-                      flush=True)
+                trl, ours = measured["trl"], measured["ours"]
+                ours_generate = "wait" if ours["max_staleness"] >= 1 else "generate"
+                print(f"round {row['round']}  {size:<5} {algorithm:<5}  TRL {trl['s_per_step']:.3f} "
+                      f"(generate {trl['generate']:.3f})  ours {ours['s_per_step']:.3f} (wall {ours['window_s_per_step']:.3f}, "
+                      f"{ours_generate} {ours['generate']:.3f})  TRL/ours {row['trl_over_ours']:.2f}  ours' MFU "
+                      f"generate {percent(ours['mfu/generate'])} update {percent(ours['mfu/update'])}", flush=True)
+    return rows
 
+
+def print_table(rows: list[dict], sizes: list[str], algorithms: list[str]) -> None:
+    """The Markdown table: every round, the median ratio, the phase split and our MFU."""
     print()
     print("| size | algorithm | TRL s/step (rounds) | ours s/step (rounds) | TRL / ours (rounds) | median "
           "| TRL / ours: generate, rest (medians) | ours' MFU generate / update (median) |")
@@ -110,13 +150,49 @@ def main() -> None:
             ours = ", ".join(f"{r['ours']['s_per_step']:.3f}" for r in mine)
             ratios = [r["trl_over_ours"] for r in mine]
             mfu = " / ".join(percent(statistics.median(r["ours"][key] for r in mine)) for key in ("mfu/generate", "mfu/update"))
-            phases = ", ".join(f"{statistics.median(phase_seconds(r, 'trl', name) for r in mine):.3f} / "
-                               f"{statistics.median(phase_seconds(r, 'ours', name) for r in mine):.3f}"
+            phases = ", ".join(f"{phase_cell(mine, 'trl', name)} / {phase_cell(mine, 'ours', name)}"
                                for name in ("generate", "rest"))
             print(f"| {size} | {algorithm} | {trl} | {ours} | {', '.join(f'{x:.2f}' for x in ratios)} | "
                   f"{statistics.median(ratios):.2f} | {phases} | {mfu} |")
+    if any(r["ours"]["max_staleness"] >= 1 for r in rows):
+        print("\nours at max_staleness >= 1: the next batch is generated while the actor updates, so our step has no "
+              "generate/rest split ('-'); s/step is time/step, the wait for that batch included")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trl-python", required=True, help="python of a virtualenv with trl (benchmarks/README.md)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", default="tiny,small", help=f"comma-separated: {', '.join(SIZES)} (default tiny,small)")
+    parser.add_argument("--algorithms", default="kl,no-kl")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement (default 8)")
+    parser.add_argument("--placement", choices=("colocated", "separate"), default="colocated",
+                        help="our rollout: colocated with the actor (default) or on a pool of its own")
+    parser.add_argument("--staleness", type=int, default=0,
+                        help="our trainer.max_staleness (default 0; 1 with --placement separate: the best config)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds one measurement may take (default 3600)")
+    parser.add_argument("--dry-run", action="store_true", help="check both sides would run the same work, time nothing")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if bad := [s for s in sizes if s not in SIZES] + [a for a in algorithms if a not in ALGORITHMS]:
+        parser.error(f"unknown size or algorithm {bad}; sizes: {list(SIZES)}, algorithms: {list(ALGORITHMS)}")
+    if args.rounds < 1 or args.steps < 1:
+        parser.error("--rounds and --steps must be at least 1")
+    sides = Sides(args)
+    print(f"ours: rollout {args.placement}, max_staleness {args.staleness}; {args.steps} timed steps after 2 warm-up",
+          flush=True)
+    for size in sizes:
+        for algorithm in algorithms:
+            print(sides.check_same_work(size, algorithm), flush=True)
+    if args.dry_run:
+        return
+    rows = measure_rounds(sides, args.rounds, sizes, algorithms)
+    print_table(rows, sizes, algorithms)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"placement": args.placement, "max_staleness": args.staleness,
+                                         "threads": sides.threads, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
