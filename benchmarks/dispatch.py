@@ -1,7 +1,8 @@
 """Per-call cost of a worker-group call against the same work done with raw Ray actor calls.
 
 Both sides run world size 2 in one Ray session and are measured side by side (interleaved, alternating
-which goes first), with warm-up calls and the median of ``--repeats`` timed calls:
+which goes first), with warm-up calls and the median of ``--repeats`` timed calls (``--noop-repeats`` for the
+no-op, default 200: it takes about 2 ms, and 20 samples of it move by +-20% on a shared 2-core machine):
 
 - ``noop``: ``group.noop()`` (``Dispatch.ONE_TO_ALL``, no arguments) against
   ``ray.get([a.noop.remote(), b.noop.remote()])``.
@@ -15,6 +16,10 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/dispatch.py                     # defaults: sizes 0.3,4,32 MB, 20 repeats
     .venv/bin/python benchmarks/dispatch.py --repeats 50 --sizes 1,8 --json results.json
+    .venv/bin/python benchmarks/dispatch.py --trace             # with the dispatch trace recording, as in training
+
+``--trace`` attaches the trainer's dispatch trace (a ``TraceRecorder`` observing every call) to the group and
+drains the ranks' spans after each case, outside the timed calls, so the table shows what the trace costs a call.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import torch  # noqa: E402
 
 from rlhfctl.protocol import DataProto  # noqa: E402
 from rlhfctl.ray_cluster import start_or_join_ray  # noqa: E402
+from rlhfctl.trace import TraceRecorder  # noqa: E402
 from rlhfctl.single_controller import (  # noqa: E402
     Dispatch,
     RayClassWithInitArgs,
@@ -137,19 +143,30 @@ def summarize(case: str, megabytes: float, rows: int, ours_ms: list[float], raw_
     }
 
 
-def run(sizes: list[float], repeats: int, warmup: int, num_cpus: int) -> dict[str, Any]:
+def run(sizes: list[float], repeats: int, warmup: int, num_cpus: int, trace: bool = False,
+        noop_repeats: int | None = None) -> dict[str, Any]:
     session = start_or_join_ray(num_cpus=num_cpus, env_vars={"OMP_NUM_THREADS": "1"})
     pool = RayResourcePool([WORLD_SIZE], name="bench-dispatch")
     group = RayWorkerGroup(pool, RayClassWithInitArgs(BenchWorker), role="bench")
     actors = [RawActor.remote() for _ in range(WORLD_SIZE)]
+    recorder = TraceRecorder() if trace else None
+    if recorder is not None:
+        group.observers.append(recorder)
     results = []
+
+    def drain_trace() -> None:
+        if recorder is not None:  # between cases, untimed: the trainer drains once per step
+            recorder.drain_workers([group])
+
     try:
         ray.get([actor.noop.remote() for actor in actors])
 
         def raw_noop() -> None:
             ray.get([actor.noop.remote() for actor in actors])
 
-        results.append(summarize("noop", 0.0, 0, *side_by_side(group.noop, raw_noop, warmup, repeats)))
+        noop_repeats = noop_repeats or repeats
+        results.append(summarize("noop", 0.0, 0, *side_by_side(group.noop, raw_noop, warmup, noop_repeats)))
+        drain_trace()
 
         for megabytes in sizes:
             rows = rows_for(megabytes)
@@ -173,6 +190,7 @@ def run(sizes: list[float], repeats: int, warmup: int, num_cpus: int) -> dict[st
                 ours_call = getattr(group, method)
                 ours_ms, raw_ms = side_by_side(lambda: ours_call(batch), raw_call(method), warmup, repeats)
                 results.append(summarize(case, actual_mb, rows, ours_ms, raw_ms))
+                drain_trace()
     finally:
         group.shutdown()
         for actor in actors:
@@ -184,8 +202,12 @@ def run(sizes: list[float], repeats: int, warmup: int, num_cpus: int) -> dict[st
             "world_size": WORLD_SIZE,
             "columns": COLUMNS,
             "repeats": repeats,
+            "noop_repeats": noop_repeats,
             "warmup": warmup,
             "ray_num_cpus": num_cpus,
+            "trace": trace,
+            "traced_calls": len(recorder.calls) if recorder is not None else 0,
+            "traced_rank_spans": len(recorder.worker_spans) if recorder is not None else 0,
             "machine_cores": os.cpu_count(),
             "python": platform.python_version(),
             "ray": ray.__version__,
@@ -230,7 +252,9 @@ def plain_table(report: dict[str, Any]) -> str:
 def print_table(report: dict[str, Any], plain: bool) -> None:
     config = report["config"]
     title = (f"group call vs raw Ray actors, world size {config['world_size']}, median of {config['repeats']} "
-             f"(after {config['warmup']} warm-up), {config['machine_cores']} cores")
+             f"(noop {config['noop_repeats']}; after {config['warmup']} warm-up), {config['machine_cores']} cores"
+             + (f", trace on ({config['traced_calls']} calls, {config['traced_rank_spans']} rank spans)"
+                if config["trace"] else ""))
     if not plain:
         try:
             from rich.console import Console
@@ -260,17 +284,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20, help="timed calls per case and side (median reported)")
+    parser.add_argument("--noop-repeats", type=int, default=200,
+                        help="timed calls of the no-op case per side (default 200; each is about 2 ms)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls per case and side first")
     parser.add_argument("--sizes", type=parse_sizes, default=[0.3, 4.0, 32.0],
                         help="batch sizes in MB (MiB), comma separated (default 0.3,4,32)")
     parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also save the results as JSON")
     parser.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the private local Ray")
     parser.add_argument("--plain", action="store_true", help="plain Markdown table instead of rich")
+    parser.add_argument("--trace", action="store_true",
+                        help="record the dispatch trace of our side, as every training run does")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0:
-        parser.error("--repeats must be >= 1 and --warmup >= 0")
+    if args.repeats < 1 or args.noop_repeats < 1 or args.warmup < 0:
+        parser.error("--repeats and --noop-repeats must be >= 1 and --warmup >= 0")
     started = time.perf_counter()
-    report = run(args.sizes, args.repeats, args.warmup, args.num_cpus)
+    report = run(args.sizes, args.repeats, args.warmup, args.num_cpus, args.trace, args.noop_repeats)
     report["config"]["wall_s"] = round(time.perf_counter() - started, 1)
     print_table(report, args.plain)
     print(f"total {report['config']['wall_s']} s")

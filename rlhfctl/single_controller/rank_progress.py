@@ -82,14 +82,31 @@ class ProgressBoard:
 
 
 class _CallContext:
-    """What :func:`report` knows about the call running on this rank."""
+    """What :func:`report` knows about the call running on this rank; entered around the call by :func:`calling`.
 
-    def __init__(self, role: str, method: str, rank: int, sink: Callable[[RankProgress], None]) -> None:
-        self.progress = RankProgress(role, method, rank, _node(), time.time(), time.time())
-        self.sink = sink
+    WorkerHost opens one around every method, so it costs two clock reads: the report itself is built
+    on the first send (most calls never send one).
+    """
+
+    __slots__ = ("role", "method", "rank", "started", "opened", "last_sent", "sink", "progress", "previous")
+
+    def __init__(self, role: str, method: str, rank: int) -> None:
+        self.role, self.method, self.rank = role, method, rank
+        self.started = time.time()
         self.opened = time.monotonic()
         self.last_sent = 0.0
-        self.sent = False
+        self.sink: Callable[[RankProgress], None] | None = None  # set by the first send
+        self.progress: RankProgress | None = None
+        self.previous: _CallContext | None = None
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_local, "call", None)
+        _local.call = self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.call = self.previous
+        if self.sink is not None and self.progress is not None:
+            _send(self.sink, replace(self.progress, updated=time.time(), finished=True))
 
 
 _local = threading.local()
@@ -128,18 +145,10 @@ def _find_sink() -> Callable[[RankProgress], None] | None:
     return _sink_state["sink"]
 
 
-@contextlib.contextmanager
-def calling(role: str, method: str, rank: int) -> Iterator[None]:
-    """Mark ``role.method`` running on ``rank`` in this thread; a call that reported ends with a finished report."""
-    previous = getattr(_local, "call", None)
-    context = _CallContext(role, method, rank, sink=lambda progress: None)
-    _local.call = context
-    try:
-        yield
-    finally:
-        _local.call = previous
-        if context.sent:
-            _send(context.sink, replace(context.progress, updated=time.time(), finished=True))
+def calling(role: str, method: str, rank: int) -> _CallContext:
+    """Mark ``role.method`` running on ``rank`` in this thread (``with calling(...):``); a call that reported ends
+    with a finished report."""
+    return _CallContext(role, method, rank)
 
 
 def report(done: int, total: int, unit: str) -> None:
@@ -156,8 +165,9 @@ def report(done: int, total: int, unit: str) -> None:
     sink = _find_sink()
     if sink is None:
         return
-    context.sink, context.sent = sink, True
-    context.progress = replace(context.progress, updated=time.time(), done=int(done), total=int(total), unit=unit)
+    context.sink = sink
+    context.progress = RankProgress(context.role, context.method, context.rank, _node(), context.started, time.time(),
+                                    int(done), int(total), unit)
     _send(sink, context.progress)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from rlhfctl.errors import UserError
 from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
@@ -184,6 +184,17 @@ def _put_shared_once(rank_args: list[tuple], rank_kwargs: list[dict]) -> tuple[l
             [{k: swap(v) for k, v in kwargs.items()} for kwargs in rank_kwargs])
 
 
+def _bound_rank_methods(handles: list[Any], role: str, methods: Iterable[str]) -> dict[str, list[Any]]:
+    """Each registered method's direct host method on every rank, bound once: Ray binds a new method object
+    on every attribute read of an actor handle (a few microseconds each). Methods without one are absent."""
+    bound = {}
+    for method in methods:
+        direct = direct_method_name(role, method)
+        if hasattr(handles[0], direct):
+            bound[method] = [getattr(handle, direct) for handle in handles]
+    return bound
+
+
 class RayWorkerGroup(WorkerGroup):
     """A WorkerGroup whose ranks are Ray actors in a RayResourcePool."""
 
@@ -196,6 +207,7 @@ class RayWorkerGroup(WorkerGroup):
         super().__init__(role, ray_cls_with_init.cls, resource_pool.world_size, call_timeout_s)
         self.resource_pool = resource_pool
         self._hosts = _hosts or _spawn_hosts(resource_pool, {role: ray_cls_with_init}, role)
+        self._rank_methods = _bound_rank_methods(self._hosts.handles, role, self.method_specs)
 
     @classmethod
     def create_colocated(cls, resource_pool: RayResourcePool, roles: dict[str, ClassWithInitArgs],
@@ -218,13 +230,12 @@ class RayWorkerGroup(WorkerGroup):
         return list(self._hosts.handles)
 
     def _launch(self, method: str, rank_args: list[tuple], rank_kwargs: list[dict], ranks: list[int]) -> list[Any]:
-        handles = self._hosts.handles
         if len(ranks) > 1:
             rank_args, rank_kwargs = _put_shared_once(rank_args, rank_kwargs)
-        direct = direct_method_name(self.role, method)
-        if hasattr(handles[0], direct):
-            return [getattr(handles[rank], direct).remote(*args, **kwargs)
-                    for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
+        direct = self._rank_methods.get(method)
+        if direct is not None:
+            return [direct[rank].remote(*args, **kwargs) for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
+        handles = self._hosts.handles
         return [handles[rank].call.remote(self.role, method, *args, **kwargs)
                 for rank, args, kwargs in zip(ranks, rank_args, rank_kwargs)]
 

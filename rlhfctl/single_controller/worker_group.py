@@ -20,7 +20,7 @@ import torch
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller.decorator import DispatchSpec, Execute, registered_methods
-from rlhfctl.single_controller.dispatch import build_plan
+from rlhfctl.single_controller.dispatch import CallPlan, build_plan
 from rlhfctl.single_controller.futures import GroupFuture, ShardUnion
 
 def payload_bytes(value: Any) -> int:
@@ -156,8 +156,38 @@ class WorkerGroup:
             )
         started = time.time()
         plan = build_plan(self, spec.dispatch_mode, args, kwargs)
-        ranks = [0] if spec.execute_mode is Execute.RANK_ZERO else list(range(self.world_size))
-        event = DispatchEvent(
+        every_rank = spec.execute_mode is Execute.ALL
+        if every_rank:
+            ranks, rank_args, rank_kwargs = list(range(self.world_size)), plan.rank_args, plan.rank_kwargs
+        else:
+            ranks, rank_args, rank_kwargs = [0], plan.rank_args[:1], plan.rank_kwargs[:1]
+        plain_collect = plan.collect if every_rank else _first_output
+        collect = plain_collect
+        # The event exists for observers only: with none attached (library use, this benchmark) a call builds none.
+        observers = self.observers
+        event = self._call_event(method, spec, ranks, plan, started) if observers else None
+        if event is not None:
+            for observer in observers:
+                observer.call_started(event)
+        handles = self._launch(method, rank_args, rank_kwargs, ranks)
+        if event is not None:
+            event.dispatch_s = time.time() - started
+            collect = self._reporting(plain_collect, event)
+        future = GroupFuture(
+            group=self,
+            method=method,
+            handles=handles,
+            collect=collect,
+            ranks=ranks,
+            layout=plan.layout if every_rank else None,
+            plain_collect=plain_collect,
+        )
+        return future.get() if spec.blocking and not force_future else future
+
+    def _call_event(self, method: str, spec: DispatchSpec, ranks: list[int], plan: CallPlan,
+                    started: float) -> DispatchEvent:
+        """The event observers receive for one call, with the bytes it sends."""
+        return DispatchEvent(
             role=self.role,
             method=method,
             dispatch_mode=spec.dispatch_mode.name,
@@ -165,26 +195,9 @@ class WorkerGroup:
             ranks=ranks,
             rows_per_rank=plan.rows_per_rank(),
             started=started,
+            bytes_sent=sum(payload_bytes(value) for args_ in plan.rank_args for value in args_)
+            + sum(payload_bytes(value) for kwargs_ in plan.rank_kwargs for value in kwargs_.values()),
         )
-        if self.observers:
-            event.bytes_sent = sum(payload_bytes(value) for args_ in plan.rank_args for value in args_) + sum(
-                payload_bytes(value) for kwargs_ in plan.rank_kwargs for value in kwargs_.values()
-            )
-        for observer in self.observers:
-            observer.call_started(event)
-        handles = self._launch(method, [plan.rank_args[r] for r in ranks], [plan.rank_kwargs[r] for r in ranks], ranks)
-        event.dispatch_s = time.time() - started
-        plain_collect = plan.collect if spec.execute_mode is Execute.ALL else _first_output
-        future = GroupFuture(
-            group=self,
-            method=method,
-            handles=handles,
-            collect=self._reporting(plain_collect, event),
-            ranks=ranks,
-            layout=plan.layout if spec.execute_mode is Execute.ALL else None,
-            plain_collect=plain_collect,
-        )
-        return future.get() if spec.blocking and not force_future else future
 
     def _reporting(self, collect: Callable[[list], Any], event: DispatchEvent) -> Callable[[list], Any]:
         observers = self.observers
@@ -198,7 +211,7 @@ class WorkerGroup:
                 observer.call_finished(event)
             return result
 
-        return collect_and_report if observers else collect
+        return collect_and_report
 
     # ------------------------------------------------------------------ backend hooks
     def _launch(self, method: str, rank_args: list[tuple], rank_kwargs: list[dict], ranks: list[int]) -> list[Any]:
