@@ -121,7 +121,10 @@ class RolloutWorker(RoleWorker):
         else:
             self._copy_into_model(self.channel.receive())
         self.policy_version = int(version)
-        return {"time/weight_receive": time.perf_counter() - start}
+        end, arrival = time.perf_counter(), self.channel.first_arrival or start
+        # The transfer itself, and apart the time spent waiting for the actor to start sending (its update, or at
+        # k >= 1 the generation this call queued behind is over before the call starts).
+        return {"time/weight_receive": end - arrival, "time/weight_sync_wait": arrival - start}
 
     def _copy_into_model(self, weights: Any) -> None:
         """Copy each received tensor into the parameter of the same name; every parameter must arrive."""

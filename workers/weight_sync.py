@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -124,10 +125,14 @@ class WeightChannel:
         return sent
 
     def receive(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The (name, tensor) pairs of one sync, a bucket at a time, until the sender's end mark."""
+        """The (name, tensor) pairs of one sync, a bucket at a time, until the sender's end mark; ``first_arrival``
+        is the clock when the first bucket's sizes came (before it, the receivers wait for the sender)."""
+        self.first_arrival: float | None = None
         while True:
             sizes = torch.zeros(2, dtype=torch.int64, device=self.device)
             self._broadcast(sizes)
+            if self.first_arrival is None:
+                self.first_arrival = time.perf_counter()
             header_bytes, buffer_bytes = (int(value) for value in sizes.tolist())
             if header_bytes == 0:
                 return

@@ -59,7 +59,8 @@ class WeightSync:
                 pass
 
     def metrics(self) -> dict[str, float]:
-        """The finished syncs' readings: ``time/weight_sync`` (the receivers' seconds), ``rollout/sync_bytes``,
+        """The finished syncs' readings: ``time/weight_sync`` (the transfer, from the first bucket's arrival),
+        ``time/weight_sync_wait`` (the rollout ranks waiting for the actor to send), ``rollout/sync_bytes``,
         ``rollout/sync_version`` and, when checked, ``rollout/sync_check_diff``; waits for the syncs still running."""
         metrics: dict[str, float] = {}
         pending, self._pending = self._pending, []
@@ -69,6 +70,7 @@ class WeightSync:
             if int(sent["version"]) != sync.version:  # the driver's count of updates and the actor's own disagree
                 raise RuntimeError(f"the actor sent weights of version {int(sent['version'])} for sync {sync.version}")
             metrics["time/weight_sync"] = metrics.get("time/weight_sync", 0.0) + float(received["time/weight_receive"])
+            metrics["time/weight_sync_wait"] = metrics.get("time/weight_sync_wait", 0.0) + float(received["time/weight_sync_wait"])
             metrics["rollout/sync_bytes"] = metrics.get("rollout/sync_bytes", 0.0) + float(sent["rollout/sync_bytes"])
             metrics["rollout/sync_version"] = float(sync.version)
             if sync.probe is not None:

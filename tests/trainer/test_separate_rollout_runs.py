@@ -41,17 +41,26 @@ def _resume_from_step_2(straight: Path, resumed: Path, *overrides: str) -> list[
     return train("quickstart.yaml", resumed, *overrides, f"trainer.resume={checkpoint}")
 
 
-def test_on_policy_separate_rollout_matches_colocated_and_resumes_step_exact(ray_session, tmp_path):
-    common = [*RUN, "trainer.save_every=2", "trainer.keep_last=0"]
-    colocated = train("quickstart.yaml", tmp_path / "colocated", *common)
-    separate = train("quickstart.yaml", tmp_path / "separate", *SEPARATE, *common, "rollout.sync_check_every=1")
+ON_POLICY = [*RUN, "trainer.save_every=2", "trainer.keep_last=0"]
+
+
+@pytest.fixture(scope="module")
+def on_policy_runs(ray_session, tmp_path_factory) -> dict[str, tuple[Path, list[dict]]]:
+    """A colocated run and a separate k = 0 run of the same 4 steps (checkpoints at 2 and 4), shared by the tests."""
+    root = tmp_path_factory.mktemp("on_policy")
+    runs = {"colocated": [*ON_POLICY], "separate": [*SEPARATE, *ON_POLICY, "rollout.sync_check_every=1"]}
+    return {name: (root / name, train("quickstart.yaml", root / name, *overrides)) for name, overrides in runs.items()}
+
+
+def test_on_policy_separate_rollout_matches_colocated_and_resumes_step_exact(on_policy_runs, tmp_path):
+    (_, colocated), (separate_dir, separate) = on_policy_runs["colocated"], on_policy_runs["separate"]
     for key in COMPARED:
         assert [r[key] for r in separate] == [r[key] for r in colocated], key
     assert [r["rollout/staleness/max"] for r in separate] == [0.0] * 4
     for record in separate:  # the probe after every sync: the engine scores as the actor does (float32)
         assert record["rollout/sync_check_diff"] < 1e-5
         assert record["rollout/sync_bytes"] > 0 and record["time/weight_sync"] > 0
-    resumed = _resume_from_step_2(tmp_path / "separate", tmp_path / "resumed", *SEPARATE, *common)
+    resumed = _resume_from_step_2(separate_dir, tmp_path / "resumed", *SEPARATE, *ON_POLICY)
     assert [r["step"] for r in resumed] == [3, 4]
     for key in COMPARED:
         assert [r[key] for r in resumed] == pytest.approx([r[key] for r in separate[2:]], rel=1e-6, abs=1e-8), key
@@ -109,16 +118,17 @@ def test_no_sample_is_older_than_the_bound_under_a_slow_update_or_a_slow_rollout
 
 
 @pytest.mark.parametrize("staleness", [0, 1])
-def test_a_lost_rollout_worker_is_restarted_alone(ray_session, tmp_path, staleness):
-    common = [*RUN, *SEPARATE, f"trainer.max_staleness={staleness}", "trainer.total_steps=5"]
-    dying = train("quickstart.yaml", tmp_path / "dying", *common, "trainer.max_restarts=1",
-                  "rollout.worker=tests.trainer.slow_workers.DyingRollout")
+def test_a_lost_rollout_worker_is_restarted_alone(on_policy_runs, tmp_path, staleness):
+    """Its third generation call kills the rollout process; the run heals without a checkpoint."""
+    overrides = [*SEPARATE, *ON_POLICY, f"trainer.max_staleness={staleness}", "trainer.max_restarts=1",
+                 "rollout.worker=tests.trainer.slow_workers.DyingRollout"]
+    dying = train("quickstart.yaml", tmp_path / "dying", *overrides)
     assert (tmp_path / "died").exists()
-    intact = train("quickstart.yaml", tmp_path / "intact", *common)
-    assert [r["step"] for r in dying] == [1, 2, 3, 4, 5]
-    assert [r.get("rollout/restarts", 0.0) for r in dying][-1] == 1.0
+    assert [r["step"] for r in dying] == [1, 2, 3, 4]
+    assert dying[-1]["rollout/restarts"] == 1.0
     assert all("run/restarts" not in r for r in dying)  # the trainer itself never restarted
-    assert _prompts(tmp_path / "dying") == _prompts(tmp_path / "intact")  # no prompt skipped or repeated
+    intact_dir, intact = on_policy_runs["separate"]
+    assert _prompts(tmp_path / "dying") == _prompts(intact_dir)  # no prompt skipped or repeated
     if staleness == 0:  # the lost batch is drawn again from the same weights with the same random stream
         for key in COMPARED:
             assert [r[key] for r in dying] == [r[key] for r in intact], key
