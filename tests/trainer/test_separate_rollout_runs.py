@@ -113,8 +113,10 @@ def test_no_sample_is_older_than_the_bound_under_a_slow_update_or_a_slow_rollout
     assert any(abs(weight - 1.0) > 1e-4 for weight in weights[2:])  # older samples weigh other than 1
     if slow == "update":
         assert ages == [0.0, 1.0, 2.0, 2.0, 2.0]  # the pipeline fills to the bound
-        for record in records:  # shards gathered on both actor ranks, sent by rank 0: the engine has the same weights
-            assert record["rollout/sync_check_diff"] < 1e-5
+        # Shards gathered on both actor ranks, sent by rank 0: the engine has the same weights. Syncs stop once
+        # every batch is sent (the last ones after step 2 here), so the later steps log none.
+        checked = [r["rollout/sync_check_diff"] for r in records if "rollout/sync_check_diff" in r]
+        assert len(checked) >= 3 and max(checked) < 1e-5
 
 
 @pytest.mark.parametrize("staleness", [0, 1])
