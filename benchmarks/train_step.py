@@ -38,6 +38,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from bench_sizes import SIZES
 from flops import matmul_peak, model_parameters, percent, shares
 from rlhfctl.recipe import load_recipe, present_roles, validate_recipe
 from rlhfctl.trace import TRACE_FILE
@@ -46,19 +47,6 @@ from rlhfctl.trainer import run_training
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "quickstart.yaml"
 
 MODEL_KEY = "roles.actor.model.config"
-# Each size's whole architecture, so nothing comes from the quickstart's model (whose 2 heads differ); the
-# same fields as SIZES in trl_grpo_baseline.py, which vs_trl.py checks before it times anything.
-SIZES = {
-    "tiny": {"label": "tiny (h64 x2)", "new_tokens": 32,
-             "model": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-                       "intermediate_size": 128, "max_position_embeddings": 128}},
-    "small": {"label": "small (h256 x4)", "new_tokens": 32,
-              "model": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
-                        "intermediate_size": 512, "max_position_embeddings": 128}},
-    "33m": {"label": "33m (h512 x8)", "new_tokens": 128,
-            "model": {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 4,
-                      "intermediate_size": 2048, "max_position_embeddings": 256}},
-}
 # The batch TRL's GRPOTrainer is timed with: 8 prompts x 4 samples, one optimizer step, temperature 1.
 BATCH = ["trainer.batch_size=8", "trainer.mini_batch_size=8", "rollout.n=4", "rollout.temperature=1.0"]
 # TRL's default GRPO (beta=0): no reference model, no KL term.

@@ -46,18 +46,8 @@ from rlhfctl.models.loading import build_config  # noqa: E402
 from rlhfctl.models.tokenizer import CharTokenizer  # noqa: E402
 from rlhfctl.tasks import digits  # noqa: E402
 
-# The sizes of benchmarks/train_step.py, field for field (vs_trl.py checks that the two agree).
-SIZES = {
-    "tiny": {"label": "tiny (h64 x2)", "new_tokens": 32,
-             "model": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-                       "intermediate_size": 128, "max_position_embeddings": 128}},
-    "small": {"label": "small (h256 x4)", "new_tokens": 32,
-              "model": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
-                        "intermediate_size": 512, "max_position_embeddings": 128}},
-    "33m": {"label": "33m (h512 x8)", "new_tokens": 128,
-            "model": {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 4,
-                      "intermediate_size": 2048, "max_position_embeddings": 256}},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sizes import SIZES  # noqa: E402  (the sizes train_step.py times, field for field)
 PROMPTS_PER_STEP = 8
 GENERATIONS = 4
 TEMPERATURE = 1.0
