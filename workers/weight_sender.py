@@ -38,11 +38,11 @@ class WeightSender:
     def send_weights(self) -> dict[str, float]:
         """Send the current weights to the rollout ranks; ``time/weight_sync`` and ``rollout/sync_bytes``
         (weights in the engine's dtype) and the ``version`` they are (the updates taken so far)."""
-        from workers.sampling.vllm_engine import gathered_weights
+        from workers.sampling.vllm_engine import engine_settings, gathered_weights
 
         self._require_model()
         start = time.perf_counter()
-        bucket = int(float(self.rollout["vllm"]["sync_bucket_mib"]) * 2**20) if self.rollout.get("vllm") else 256 * 2**20
+        bucket = int(float(engine_settings(self.rollout)["sync_bucket_mib"]) * 2**20)  # rollout.vllm.sync_bucket_mib
         weights = gathered_weights(self.module, bucket, self.engine.compute_dtype)
         sent = 0
         if self.rank == 0:
