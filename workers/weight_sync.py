@@ -142,8 +142,3 @@ class WeightChannel:
             buffer = torch.empty(buffer_bytes, dtype=torch.uint8, device=self.device)
             self._broadcast(buffer)
             yield from _unpack(entries, buffer)
-
-    def close(self) -> None:
-        """Drop the group and the store (their sockets close with them)."""
-        self._group = None
-        self._store = None

@@ -19,7 +19,7 @@ from rlhfctl.single_controller.worker_group import GroupMethod
 from rlhfctl.trainer.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 
-__all__ = ["Rollout", "Rollouts", "join"]
+__all__ = ["Done", "Rollout", "Rollouts", "join"]
 
 
 def join(batch: DataProto, futures: list[Any]) -> DataProto:
@@ -60,7 +60,7 @@ class Rollout:
         return {}
 
 
-class _Done:
+class Done:
     """A batch already on the driver, behind a future's ``get()``."""
 
     def __init__(self, value: DataProto) -> None:
@@ -155,7 +155,7 @@ class Rollouts:
         """The values and reference log-probs of samples already generated and rewarded (the kept groups)."""
         values = None if self.critic is None else self.critic.compute_values.submit(batch)
         reference = None if self.reference is None else self.reference.compute_ref_log_prob.submit(batch)
-        return Rollout(prompts, _Done(batch), None, values, reference)
+        return Rollout(prompts, Done(batch), None, values, reference)
 
     def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
         """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""

@@ -26,21 +26,11 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.trainer.prompt_source import to_dataproto
-from rlhfctl.trainer.rollout import Rollout
+from rlhfctl.trainer.rollout import Done, Rollout
 from rlhfctl.trainer.staleness import StalenessSchedule
 from rlhfctl.trainer.weight_sync import WeightSync
 
 __all__ = ["SeparateRollouts", "StreamedRollout"]
-
-
-class _Ready:
-    """A value already on the driver, behind ``get()``."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def get(self) -> Any:
-        return self.value
 
 
 @dataclass
@@ -52,8 +42,10 @@ class _Chunk:
 class StreamedRollout:
     """One step's batch in flight on the rollout group, in chunks, each rewarded as it arrives."""
 
-    def __init__(self, step: int, prompts: DataProto, chunks: list[_Chunk], rollouts: "SeparateRollouts") -> None:
+    def __init__(self, step: int, prompts: DataProto, chunks: list[_Chunk], rollouts: "SeparateRollouts",
+                 before: tuple[dict[str, Any], int]) -> None:
         self.step, self.prompts, self.chunks, self._rollouts = step, prompts, chunks, rollouts
+        self.before = before  # (batcher state, draws) before this batch was drawn: where a resume or restart rewinds to
         self._reward: DataProto | None = None
         self._metrics: dict[str, float] = {}
 
@@ -65,7 +57,7 @@ class StreamedRollout:
         except WorkerLost as error:
             if getattr(error, "role", None) != ROLLOUT_ROLE:
                 raise
-            self.chunks = self._rollouts.restart_group(error, self.step).chunks
+            self.chunks = self._rollouts.restart_group(error, self).chunks
             return self._collect()
 
     def _collect(self) -> DataProto:
@@ -84,7 +76,7 @@ class StreamedRollout:
         rollouts = self._rollouts
         values = None if rollouts.critic is None else rollouts.critic.compute_values.submit(batch)
         reference = None if rollouts.reference is None else rollouts.reference.compute_ref_log_prob.submit(batch)
-        return Rollout(self.prompts, _Ready(batch), _Ready(self._reward), values, reference).scored(batch, reference_on_driver)
+        return Rollout(self.prompts, Done(batch), Done(self._reward), values, reference).scored(batch, reference_on_driver)
 
     def metrics(self) -> dict[str, float]:
         """``rollout/staleness/mean`` and ``/max`` of this batch, the weight syncs finished since the last step and,
@@ -113,8 +105,6 @@ class SeparateRollouts:
         own_pool = cfg.roles.reward.pool not in (cfg.roles.actor.pool, cfg.rollout.pool)
         self.reward_takes_futures = own_pool and reward.backend == rollout.backend and reward.world_size == rollout.world_size
         self._in_flight: deque[StreamedRollout] = deque()
-        self._states_before: deque[tuple[dict[str, Any], int]] = deque()  # (batcher state, draws) before each in-flight draw
-        self._current: tuple[dict[str, Any], int] | None = None  # the same, of the batch the trainer took last
         self.draws = 0
         self.next_unsent = 1
         self.synced_version = 0
@@ -133,7 +123,6 @@ class SeparateRollouts:
         """This step's batch: the oldest in flight."""
         if not self._in_flight:
             self._fill()
-        self._current = self._states_before.popleft()
         return self._in_flight.popleft()
 
     def send_ahead(self, step: int) -> None:
@@ -157,14 +146,13 @@ class SeparateRollouts:
         except WorkerLost as error:
             if getattr(error, "role", None) != ROLLOUT_ROLE:
                 raise
-            self._restart_and_rewind(error, step + 1, self._states_before[0] if self._states_before else None)
+            self._restart_and_rewind(error, step + 1, self._in_flight[0].before if self._in_flight else None)
             metrics = {}
         return {**metrics, **({"rollout/restarts": float(self.restarts)} if self.restarts else {})}
 
-    def restart_group(self, error: WorkerLost, step: int) -> StreamedRollout:
-        """Restart the lost rollout group alone and send step ``step``'s batch again (its prompts, its draw number)."""
-        self._restart_and_rewind(error, step, self._current)
-        self._current = self._states_before.popleft()
+    def restart_group(self, error: WorkerLost, lost: StreamedRollout) -> StreamedRollout:
+        """Restart the lost rollout group alone and send the ``lost`` batch again (its prompts, its draw number)."""
+        self._restart_and_rewind(error, lost.step, lost.before)
         return self._in_flight.popleft()
 
     def _restart_and_rewind(self, error: WorkerLost, first_lost: int, rewind: tuple[dict[str, Any], int] | None) -> None:
@@ -181,7 +169,6 @@ class SeparateRollouts:
             self.batcher.load_state_dict(rewind[0])
             self.draws = rewind[1]
         self._in_flight.clear()
-        self._states_before.clear()
         self.next_unsent = first_lost
         self.synced_version = self.schedule.updates_before(first_lost)  # the actor has taken the updates before it
         self.sync.open()
@@ -190,11 +177,11 @@ class SeparateRollouts:
 
     def batcher_state(self) -> dict[str, Any]:
         """The prompt order before the oldest batch in flight: a resumed run draws those prompts again."""
-        return self._states_before[0][0] if self._states_before else self.batcher.state_dict()
+        return self._in_flight[0].before[0] if self._in_flight else self.batcher.state_dict()
 
     def driver_state(self) -> dict[str, Any]:
         """The draws numbered before the oldest batch in flight (each draw's number is its random stream)."""
-        return {"rollout_draws": self._states_before[0][1] if self._states_before else self.draws}
+        return {"rollout_draws": self._in_flight[0].before[1] if self._in_flight else self.draws}
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.draws = int(state.get("rollout_draws", 0))
@@ -207,11 +194,11 @@ class SeparateRollouts:
     # ------------------------------------------------------------------ sending
     def _fill(self) -> None:
         while self.schedule.may_send(self.next_unsent, self.synced_version, len(self._in_flight)):
-            self._states_before.append((self.batcher.state_dict(), self.draws))
             self._in_flight.append(self._send(self.next_unsent))
             self.next_unsent += 1
 
     def _send(self, step: int) -> StreamedRollout:
+        before = (self.batcher.state_dict(), self.draws)
         prompts = to_dataproto(next(self.batcher), self.tokenizer)
         parts = prompts.chunk(self.chunks) if self.chunks > 1 else [prompts]
         chunks = []
@@ -221,4 +208,4 @@ class SeparateRollouts:
             reward = self.reward.compute_rewards.submit(generated) if self.reward_takes_futures else None
             chunks.append(_Chunk(generated, reward))
         self.draws += 1
-        return StreamedRollout(step, prompts, chunks, self)
+        return StreamedRollout(step, prompts, chunks, self, before)
