@@ -77,7 +77,8 @@ def test_a_background_save_returns_before_its_write_and_training_goes_on(tmp_pat
         pending = worker._pending_save
         # Local backend, one rank, no process group: async_save's no_dist path, not a synchronous fallback.
         assert not torch.distributed.is_initialized() and pending.write is not None
-        assert not pending.written() and gate.waiting.is_set()
+        # The write runs on a thread of its own: it reaches the gate some time after the save returns.
+        assert gate.waiting.wait(timeout=30) and not pending.written()
         assert not Path(path).exists() and (pending.staging / "hf" / "model.safetensors").is_file()
         actor.update_actor(fixed_batch(1))  # the next step runs while the write is held
         assert not pending.written()
