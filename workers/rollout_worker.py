@@ -1,7 +1,8 @@
 """RolloutWorker: the rollout group of ``rollout.placement: separate``, generating on a pool of its own.
 
-Each rank holds the actor's model in the engine's dtype (no optimizer, no gradients) and one engine
-replica: the hf decoding loop or a vLLM engine. It takes the actor's weights through the weight
+Each rank holds one engine replica: the hf decoding loop over the actor's model in its compute dtype (no
+optimizer, no gradients), or a vLLM engine, which then holds the only copy of the weights (the HF model
+keeps its config alone once the engine has loaded them). It takes the actor's weights through the weight
 channel (``receive_weights``) and stamps every sample with the ``policy_version`` of the weights that
 generated it, with the engine's own log-probs of the sampled tokens (``rollout_log_probs``, the
 behaviour policy of the off-policy corrections).
@@ -61,7 +62,8 @@ class RolloutWorker(RoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """The tokenizer and the actor's initial model in its compute dtype, plus the vLLM engine with ``rollout.engine: vllm``."""
+        """The tokenizer and the actor's initial model in its compute dtype; with ``rollout.engine: vllm`` the engine,
+        loaded from that model, which then keeps only its config."""
         from rlhfctl.models.loading import load_causal_lm, load_tokenizer
 
         trust = bool(self.model_cfg["trust_remote_code"])
@@ -74,10 +76,14 @@ class RolloutWorker(RoleWorker):
             model = load_causal_lm(cfg, self.tokenizer, dtype=compute, trust_remote_code=trust, seed=self.seed)
             return model.requires_grad_(False)
 
-        self.model, _ = materialize(build, self.model_cfg, self.engine, self.device)
+        vllm = self.rollout["engine"] == "vllm"
+        # A vLLM engine loads its own copy of the weights, and every sync goes to it: the HF model only hands it the
+        # first weights, from the host, so the device is the engine's alone when it measures its free memory at start.
+        self.model, _ = materialize(build, self.model_cfg, self.engine, torch.device("cpu") if vllm else self.device)
         self.model.eval()
-        if self.rollout["engine"] == "vllm":
+        if vllm:
             self.rollout_engine = self._start_vllm_engine()
+            self.model.to("meta")  # its config and generation config stay: eos ids, vocabulary, probe prompts
 
     def _start_vllm_engine(self) -> Any:
         """This rank's vLLM engine replica; it never sleeps (its pool trains nothing)."""

@@ -180,3 +180,25 @@ def test_a_sampled_round_over_the_cpu_batch_budget_generates():
     with local_group(ActorWorker, settings, "actor") as group:
         rollout = group.generate_sequences(prompts)
     assert rollout.batch["responses"].shape == (64, 12)
+
+
+def test_a_rollout_worker_with_vllm_keeps_the_weights_in_the_engine_alone_and_generates_as_the_actor():
+    """rollout.placement: separate: the engine is loaded from the HF model, which then keeps only its config (on a GPU
+    the device is the engine's alone), and the engine samples what the actor's hf sampler does from the same weights."""
+    from workers.rollout_worker import RolloutWorker
+
+    def separate(engine: str) -> dict:
+        return {**recipe(engine), "rollout": {**recipe(engine)["rollout"], "placement": "separate", "pool": "global"}}
+
+    prompts = digits_prompts(6)
+    with local_group(ActorWorker, recipe("hf"), "actor") as actor:
+        expected = actor.generate_sequences(prompts)
+    for engine in ("hf", "vllm"):
+        with local_group(RolloutWorker, separate(engine), "rollout") as rollout:
+            devices = {parameter.device.type for parameter in rollout.workers[0].model.parameters()}
+            assert devices == ({"meta"} if engine == "vllm" else {"cpu"}), engine
+            got = rollout.generate_sequences(prompts)
+        assert set(got.batch) == HF_KEYS | {"rollout_log_probs", "policy_version"}, engine
+        for key in sorted(HF_KEYS):
+            assert torch.equal(got.batch[key], expected.batch[key]), (engine, key)
+        assert (got.batch["policy_version"] == 0).all()
