@@ -4,7 +4,8 @@ With ``placement: separate`` a rollout worker group (role ``rollout``) generates
 takes the actor's weights over a process group of its own. Every problem is an error (exit 2) naming its key:
 
 - staleness needs a rollout group of its own, and no dynamic sampling (it draws its extra batches at step time);
-- the rollout pool is declared, hosts no other role, and its ranks split each stream chunk evenly;
+- the rollout pool is declared, hosts no other role, uses GPUs exactly when the actor's pool does (the weight
+  channel has one backend), and its ranks split each stream chunk evenly;
 - ``rollout.worker`` imports and registers the methods the trainer calls on the group;
 - the weight sync needs the Ray backend; the PPO loop is the only one with a rollout group; agent rollouts
   do not run there yet.
@@ -86,7 +87,18 @@ def _pool_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
         return [error("rollout.pool", (
             f"rollout.pool: {pool.name} also hosts {', '.join(others)} (roles.{others[0]}.pool); the rollout group "
             "needs its pool to itself, or its calls would queue behind the other role's; declare a pool for it"))]
-    return []
+    return _device_issues(pool, next((item for item in pools.values() if "actor" in item.roles), None))
+
+
+def _device_issues(rollout: PoolInfo, actor: PoolInfo | None) -> list[Issue]:
+    """The weight channel joins the actor's rank 0 and the rollout ranks with one backend: both on GPUs or both on CPUs."""
+    if actor is None or actor.use_gpu == rollout.use_gpu:
+        return []
+    where = {True: "GPUs", False: "CPUs"}
+    return [error("rollout.pool", (
+        f"rollout.pool: {rollout.name} runs on {where[rollout.use_gpu]} (use_gpu: {str(rollout.use_gpu).lower()}) but "
+        f"the actor's pool {actor.name} on {where[actor.use_gpu]}; the weight channel between them is one process "
+        "group (NCCL on GPUs, gloo on CPUs), so set resource_pools.<pool>.use_gpu the same on both pools"))]
 
 
 def _worker_issues(cfg: Any) -> list[Issue]:

@@ -92,6 +92,19 @@ def test_the_rollout_pool_counts_among_the_pools_that_must_fit():
     assert "gen 2 for rollout.pool" in gpus
 
 
+@pytest.mark.parametrize(("gen_gpu", "main_gpu"), [("true", "false"), ("false", "true")])
+def test_the_rollout_pool_and_the_actors_use_the_same_device_kind(gen_gpu, main_gpu):
+    found = issues(*SEPARATE, f"resource_pools.gen.use_gpu={gen_gpu}", f"resource_pools.main.use_gpu={main_gpu}",
+                   "ray.num_gpus=8", "ray.num_cpus=8")
+    where = {"true": "GPUs", "false": "CPUs"}
+    assert found == {"rollout.pool": (
+        f"rollout.pool: gen runs on {where[gen_gpu]} (use_gpu: {gen_gpu}) but the actor's pool main on {where[main_gpu]}; "
+        "the weight channel between them is one process group (NCCL on GPUs, gloo on CPUs), so set "
+        "resource_pools.<pool>.use_gpu the same on both pools")}
+    both = ("resource_pools.gen.use_gpu=true", "resource_pools.main.use_gpu=true", "ray.num_gpus=8", "ray.num_cpus=8")
+    assert issues(*SEPARATE, *both) == {}
+
+
 def test_the_rollout_worker_must_import_and_register_the_group_methods():
     assert "rollout.worker" in issues(*SEPARATE, "rollout.worker=workers.nowhere.Rollout")
     message = issues(*SEPARATE, "rollout.worker=workers.reward.RewardWorker")["rollout.worker"]
