@@ -5,7 +5,8 @@ optimizer, no gradients), or a vLLM engine, which then holds the only copy of th
 keeps its config alone once the engine has loaded them). It takes the actor's weights through the weight
 channel (``receive_weights``) and stamps every sample with the ``policy_version`` of the weights that
 generated it, with the engine's own log-probs of the sampled tokens (``rollout_log_probs``, the
-behaviour policy of the off-policy corrections).
+behaviour policy of the off-policy corrections). With ``rollout.multi_turn`` each sample is an agent's
+trajectory (``workers.sampling.agent_rollout``): its tools run in the rollout processes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rlhfctl.single_controller import Dispatch, register
 from workers.engine import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
 from workers.recipe import model_config, rollout_config, section, trainer_config
 from workers.role import RoleWorker
+from workers.sampling.agent_rollout import AgentRollout, agent_rollout_enabled, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 from workers.sampling.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
 from workers.seeding import derive_seed, make_generator
@@ -56,6 +58,7 @@ class RolloutWorker(RoleWorker):
         self.device = torch.device("cuda") if pool.get("use_gpu") else torch.device("cpu")
         self.model: nn.Module | None = None
         self.rollout_engine: Any = None
+        self.agent_rollout: AgentRollout | None = None  # the tools and loop of rollout.multi_turn
         self.channel: WeightChannel | None = None
         self.policy_version = 0
         self.validate_calls = 0
@@ -84,6 +87,10 @@ class RolloutWorker(RoleWorker):
         if vllm:
             self.rollout_engine = self._start_vllm_engine()
             self.model.to("meta")  # its config and generation config stay: eos ids, vocabulary, probe prompts
+        if agent_rollout_enabled(self.rollout):
+            eos_ids = eos_token_ids(self.tokenizer, self.model)
+            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
+            self.agent_rollout = AgentRollout(self.rollout, self.tokenizer, eos_ids, int(pad_id))
 
     def _start_vllm_engine(self) -> Any:
         """This rank's vLLM engine replica; it never sleeps (its pool trains nothing)."""
@@ -106,8 +113,10 @@ class RolloutWorker(RoleWorker):
         )
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
-        """The vLLM engine's phases (sync, generate) inside the last call, for the dispatch trace."""
-        return self.rollout_engine.take_spans() if self.rollout_engine is not None else []
+        """The vLLM engine's phases (sync, generate) and an agent rollout's rounds and tool calls inside the last call,
+        for the dispatch trace."""
+        spans = self.rollout_engine.take_spans() if self.rollout_engine is not None else []
+        return spans + (self.agent_rollout.take_spans() if self.agent_rollout is not None else [])
 
     # ------------------------------------------------------------------ weights
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -158,7 +167,8 @@ class RolloutWorker(RoleWorker):
             self.validate_calls += 1
         else:
             parts = generation_seed_parts(self.seed, self.rank, prompts.meta_info)
-        batch = self._generate(prompts, params, parts)
+        batch = self._generate_agent(prompts, params, parts) if self.agent_rollout is not None else (
+            self._generate(prompts, params, parts))
         for key in _DRAW_KEYS:  # the call's own numbering: chunks of one batch are joined later
             batch.meta_info.pop(key, None)
         batch.batch["policy_version"] = torch.full((len(batch),), self.policy_version, dtype=torch.int64)
@@ -178,6 +188,18 @@ class RolloutWorker(RoleWorker):
                 generator=make_generator(self.device, *parts), samples_per_prompt=params.n, with_log_probs=True)
         return rollout_batch(prompts, responses.cpu(), response_mask.cpu(), self.tokenizer, params,
                              {"rollout_log_probs": log_probs.cpu()})
+
+    def _generate_agent(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
+        """Multi-turn trajectories with tool calls (``rollout.multi_turn``), each round on this rank's engine."""
+        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
+        agent = self.agent_rollout
+        if self.rollout_engine is not None:
+            batch_generate = self.rollout_engine.batch_generate(self.model, params, eos_ids=agent.eos_ids,
+                                                                seed=derive_seed(*parts))
+        else:
+            batch_generate = hf_batch_generate(self.model, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id,
+                                               device=self.device, generator=make_generator(self.device, *parts))
+        return agent.generate(prompts, params, batch_generate)
 
     @register(dispatch_mode=ONE_TO_ALL_FIRST)
     def sync_probe(self) -> DataProto:

@@ -7,8 +7,7 @@ takes the actor's weights over a process group of its own. Every problem is an e
 - the rollout pool is declared, hosts no other role, uses GPUs exactly when the actor's pool does (the weight
   channel has one backend), and its ranks split each stream chunk evenly;
 - ``rollout.worker`` imports and registers the methods the trainer calls on the group;
-- the weight sync needs the Ray backend; the PPO loop is the only one with a rollout group; agent rollouts
-  do not run there yet.
+- the weight sync needs the Ray backend; the PPO loop is the only one with a rollout group.
 
 Whether the rollout pool fits the machine is checked with the other pools (it is one of them in
 :func:`rlhfctl.recipe.pools.resolve_pools`).
@@ -47,10 +46,6 @@ def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[
             "algorithm.filter_groups.enable: dynamic sampling is not yet supported with rollout.placement: separate "
             "(it draws its extra batches at step time, from the actor); set rollout.placement: colocated or turn "
             "filter_groups off")))
-    if cfg.rollout.multi_turn.enable:
-        issues.append(error("rollout.multi_turn.enable", (
-            "rollout.multi_turn.enable: agent rollouts are not yet supported with rollout.placement: separate; "
-            "set rollout.placement: colocated or turn multi_turn off")))
     issues += _worker_issues(cfg)
     pools = pools if pools is not None else resolve_pools(cfg, strict=False)
     pool_issues = _pool_issues(cfg, pools)

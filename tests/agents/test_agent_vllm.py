@@ -57,3 +57,21 @@ def test_greedy_agent_rollouts_agree_between_the_engines():
     for key in ("responses", "response_mask", "attention_mask"):
         assert torch.equal(a.batch[key], b.batch[key]), key
     assert [len(m) for m in a.non_tensor_batch["messages"]] == [len(m) for m in b.non_tensor_batch["messages"]]
+
+
+def test_a_rollout_worker_runs_greedy_agent_rollouts_as_the_colocated_vllm_actor():
+    """rollout.placement: separate: the rollout worker's engine (its HF copy freed) runs the same agent loop."""
+    from workers.rollout_worker import RolloutWorker
+
+    separate = recipe("vllm")
+    separate["rollout"].update(placement="separate", pool="global")
+    prompts = digits_prompts(3, do_sample=False, n=1)
+    with local_group(ActorWorker, recipe("vllm"), "actor") as actor:
+        expected = actor.generate_sequences(prompts)
+    with local_group(RolloutWorker, separate, "rollout") as rollout:
+        got = rollout.generate_sequences(prompts)
+        rounds = rollout.workers[0].agent_rollout.last_rounds
+    for key in ("responses", "response_mask", "attention_mask", "rollout_log_probs"):
+        assert torch.equal(got.batch[key], expected.batch[key]), key
+    assert [list(m) for m in got.non_tensor_batch["messages"]] == [list(m) for m in expected.non_tensor_batch["messages"]]
+    assert rounds[0] == 3  # every trajectory's first turn in one engine call

@@ -72,9 +72,9 @@ def test_dynamic_sampling_is_refused_on_a_rollout_group():
     assert "dynamic sampling is not yet supported with rollout.placement: separate" in message
 
 
-def test_agent_rollouts_are_not_yet_supported_on_a_rollout_group():
-    message = issues(*SEPARATE, "rollout.multi_turn.enable=true")["rollout.multi_turn.enable"]
-    assert "not yet supported with rollout.placement: separate" in message
+def test_agent_rollouts_run_on_a_rollout_group():
+    agent = ("rollout.multi_turn.enable=true", "rollout.multi_turn.max_response_tokens=64")
+    assert issues(*SEPARATE, *agent, "trainer.max_staleness=1") == {}
 
 
 def test_a_separate_hf_rollout_returns_behaviour_log_probs_so_importance_correction_is_accepted():
