@@ -3,7 +3,9 @@ knows the workers' calls (:mod:`rlhfctl.recipe.memory_plan` builds the plan from
 
 A call's :class:`Phase` holds the state of every role colocated in the process, the process's own
 terms (the CUDA context; a sleeping vLLM engine's residue), and the call's: gathered weights, the KV
-cache, activations, logits, gradients, the vLLM engine's share. Each :class:`Term` carries its formula.
+cache, activations, logits, gradients, the vLLM engine's share, a weight-sync bucket. Each :class:`Term`
+carries its formula. The role that generates (:func:`generating_role`: the actor, or the rollout group
+of ``rollout.placement: separate``) holds the engine; the rules of the engines are written once for both.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, rollout_pool
+
 if TYPE_CHECKING:
     from rlhfctl.recipe.memory_plan import RoleMemory
 
@@ -23,6 +27,7 @@ __all__ = [
     "LOGIT_FP32_COPIES",
     "LOG_PROBS",
     "ROLLOUT",
+    "SYNC",
     "UPDATE",
     "VLLM_ASLEEP_BYTES",
     "ModelShape",
@@ -30,6 +35,8 @@ __all__ = [
     "PlannedRole",
     "RoleSpec",
     "Term",
+    "generating_role",
+    "generation_rows",
     "model_shape",
     "pool_phases",
     "rollout_engine",
@@ -54,6 +61,7 @@ VLLM_ASLEEP_BYTES = 1 * GIB
 LOGIT_FP32_COPIES = 4
 
 ROLLOUT, LOG_PROBS, UPDATE = "rollout", "log-prob passes", "update"
+SYNC = "weight sync"  # rollout.placement: separate: the actor's send_weights, the rollout group's receive_weights
 
 
 @dataclass(frozen=True)
@@ -62,14 +70,14 @@ class Term:
 
     name: str
     role: str
-    kind: str  # state | gradients | unshard | kv_cache | activations | logits | engine | residue | context
+    kind: str  # state | gradients | unshard | kv_cache | activations | logits | engine | residue | sync | context
     bytes: int | None
     formula: str
 
 
 @dataclass(frozen=True)
 class Phase:
-    """One call of the step in one process (a pool's rank): its group (rollout, log-prob passes, update) and terms."""
+    """One call of the step in one process (a pool's rank): its group (rollout, log-prob passes, update, weight sync) and terms."""
 
     call: str
     group: str
@@ -126,6 +134,7 @@ class ModelShape:
     root_params: int  # outside the decoder layers: embeddings, head, final norm (FSDP2's root unit)
     root_trainable: int
     compute_bytes: int
+    largest_tensor: int = 0  # elements of the largest parameter (a weight-sync bucket holds whole tensors)
 
     def kv_cache_bytes(self, rows: int, length: int) -> int:
         """Rows x length x layers x KV width x 2 (keys and values) x compute bytes."""
@@ -159,7 +168,7 @@ def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> Mod
         parameters=sum(p.numel() for p in model.parameters()),
         layer_params=max((sum(p.numel() for p in layer.parameters()) for layer in layers), default=0),
         root_params=sum(p.numel() for p in root), root_trainable=sum(p.numel() for p in root if p.requires_grad),
-        compute_bytes=compute_bytes,
+        compute_bytes=compute_bytes, largest_tensor=max((p.numel() for p in model.parameters()), default=0),
     )
 
 
@@ -171,6 +180,21 @@ def stage_of(recipe: Mapping[str, Any]) -> Any:
     from rlhfctl.recipe.stages import STAGES
 
     return STAGES.get(str((recipe.get("algorithm") or {}).get("name") or "ppo"))
+
+
+def generating_role(recipe: Mapping[str, Any]) -> str:
+    """The role whose processes generate and hold the engine: ``rollout`` with ``rollout.placement: separate`` (PPO
+    family only), else the actor."""
+    return ROLLOUT_ROLE if stage_of(recipe) is None and rollout_pool(recipe) is not None else "actor"
+
+
+def generation_rows(recipe: Mapping[str, Any], world: int) -> int:
+    """Rows one rank of the generating role samples per generate call: ``samples_per_step`` / ``world``, over
+    ``rollout.stream_chunks`` calls with a separate rollout group (a colocated actor generates in one call)."""
+    from workers.recipe import rollout_config
+
+    chunks = int(rollout_config(recipe)["stream_chunks"]) if generating_role(recipe) == ROLLOUT_ROLE else 1
+    return math.ceil(samples_per_step(recipe) / chunks / world)
 
 
 def rollout_engine(recipe: Mapping[str, Any]) -> str:
@@ -213,6 +237,8 @@ def _gib(count: int | None) -> str:
 def _state_terms(planned: PlannedRole, rank: int) -> list[Term]:
     """What a role keeps between calls: its (master) weights and optimizer moments, unless offloaded."""
     memory, state = planned.memory, planned.memory.ranks[rank]
+    if not state.state_bytes and not state.offloaded:
+        return []  # nothing between calls: the rollout group's vLLM engine holds its weights
     if state.offloaded:
         return [Term(f"{memory.role} state (offloaded)", memory.role, "state", 0,
                      f"fsdp.cpu_offload: {_gib(state.param_bytes + state.optimizer_bytes)} in host memory")]
@@ -302,48 +328,84 @@ def _count(number: int) -> str:
 
 @dataclass(frozen=True)
 class _Engine:
-    """The rollout engine's presence in the actor's process: awake in the rollout, and outside it."""
+    """The rollout engine's presence in the generating role's process: awake in the rollout, and outside it."""
 
     rollout: tuple[Term, ...]
     between: tuple[Term, ...]
 
 
-def _vllm_engine(recipe: Mapping[str, Any], actor: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
-    """vLLM's share while awake (``gpu_memory_utilization`` x the device) and its residue asleep; on CPU its weights + KV."""
+def _vllm_engine(recipe: Mapping[str, Any], holder: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
+    """vLLM's share while awake (``gpu_memory_utilization`` x the device) and its residue asleep; on CPU its weights + KV.
+    ``holder`` is the generating role; the rollout group's engine never sleeps (its pool trains nothing)."""
     from workers.recipe import rollout_config
     from workers.sampling.vllm_engine import engine_settings
 
-    settings = engine_settings(rollout_config(recipe))
+    settings, role, shape = engine_settings(rollout_config(recipe)), holder.memory.role, holder.shape
     if not use_gpu:
-        weights = actor.shape.parameters * actor.shape.compute_bytes
+        weights = shape.parameters * shape.compute_bytes
         kv = int(float(settings["cpu_kv_cache_gib"]) * GIB)
-        term = Term("vLLM engine", "actor", "engine", weights + kv,
-                    f"weights {_count(actor.shape.parameters)} x {actor.shape.compute_bytes} B + rollout.vllm.cpu_kv_cache_gib {settings['cpu_kv_cache_gib']}")
+        term = Term("vLLM engine", role, "engine", weights + kv,
+                    f"weights {_count(shape.parameters)} x {shape.compute_bytes} B + rollout.vllm.cpu_kv_cache_gib {settings['cpu_kv_cache_gib']}")
         return _Engine((term,), (term,))
     share = float(settings["gpu_memory_utilization"])
-    awake = Term("vLLM engine (awake)", "actor", "engine", None if device_memory is None else int(share * device_memory),
-                 f"rollout.vllm.gpu_memory_utilization {share:g} x device {_gib(device_memory)}: weights, KV cache, activations")
-    if not settings["enable_sleep_mode"]:
+    never = "; always awake (its pool trains nothing)" if role == ROLLOUT_ROLE else ""
+    awake = Term("vLLM engine (awake)", role, "engine", None if device_memory is None else int(share * device_memory),
+                 f"rollout.vllm.gpu_memory_utilization {share:g} x device {_gib(device_memory)}: weights, KV cache, activations{never}")
+    if not settings["enable_sleep_mode"] or role == ROLLOUT_ROLE:
         return _Engine((awake,), (awake,))
-    asleep = Term("vLLM engine (asleep)", "actor", "residue", VLLM_ASLEEP_BYTES,
+    asleep = Term("vLLM engine (asleep)", role, "residue", VLLM_ASLEEP_BYTES,
                   "sleep level 2 frees weights and KV cache; CUDA graphs and NCCL buffers stay")
     return _Engine((awake,), (asleep,))
 
 
-def _hf_rollout(recipe: Mapping[str, Any], actor: PlannedRole, rank: int) -> tuple[Term, ...]:
-    """The actor's own sampler: the whole model gathered, the KV cache, the prefill's activations, the step's logits."""
-    shape, rows = actor.shape, math.ceil(samples_per_step(recipe) / actor.memory.world_size)
+def _hf_rollout(recipe: Mapping[str, Any], holder: PlannedRole, rank: int) -> tuple[Term, ...]:
+    """The hf sampler of the generating role (the actor, or a rollout rank's replica): the whole model gathered (fsdp2),
+    the KV cache, the prefill's activations, the step's logits."""
+    role, shape = holder.memory.role, holder.shape
+    rows = generation_rows(recipe, holder.memory.world_size)
     prompt, length = int(_data(recipe)["max_prompt_length"]), sequence_length(recipe)
-    kv = actor.memory.ranks[rank].kv_cache_bytes
+    kv = holder.memory.ranks[rank].kv_cache_bytes
     prefill = rows * prompt * shape.forward_width * shape.compute_bytes
     sampling = rows * shape.vocab * _FP32 * LOGIT_FP32_COPIES
-    return tuple(_gathered_weights(actor)) + (
-        Term("actor KV cache", "actor", "kv_cache", kv,
+    return tuple(_gathered_weights(holder)) + (
+        Term(f"{role} KV cache", role, "kv_cache", kv,
              f"{rows} rows x {length} tokens x {shape.layers} layers x KV width {shape.kv_dim} x 2 x {shape.compute_bytes} B"),
-        Term("actor activations", "actor", "activations", prefill,
+        Term(f"{role} activations", role, "activations", prefill,
              f"prefill {rows} rows x {prompt} tokens x (4 x {shape.hidden} + 3 x {shape.intermediate}) x {shape.compute_bytes} B"),
-        Term("actor logits", "actor", "logits", sampling, f"{rows} rows x vocab {shape.vocab} x 4 B x {LOGIT_FP32_COPIES} copies per step"),
+        Term(f"{role} logits", role, "logits", sampling, f"{rows} rows x vocab {shape.vocab} x 4 B x {LOGIT_FP32_COPIES} copies per step"),
     )
+
+
+def _sync_bucket(recipe: Mapping[str, Any], shape: ModelShape) -> tuple[int, str]:
+    """Bytes of one weight-sync bucket in compute dtype, and its formula: ``rollout.vllm.sync_bucket_mib``, or the
+    largest tensor when that is larger (a bucket holds whole tensors), at most the whole model."""
+    from workers.recipe import rollout_config
+    from workers.sampling.vllm_engine import engine_settings
+
+    mib, c = float(engine_settings(rollout_config(recipe))["sync_bucket_mib"]), shape.compute_bytes
+    size = min(shape.parameters * c, max(int(mib * 2**20), shape.largest_tensor * c))
+    return size, (f"max(rollout.vllm.sync_bucket_mib {mib:g} MiB, largest tensor {_count(shape.largest_tensor)} x {c} B), "
+                  f"at most the whole model ({_count(shape.parameters)} x {c} B)")
+
+
+def _send_terms(recipe: Mapping[str, Any], actor: PlannedRole, rank: int) -> list[Term]:
+    """The actor's end of a sync: every rank gathers (fsdp2) or casts one bucket at a time in compute dtype, never the
+    whole model; rank 0 also packs it into the byte buffer it broadcasts to the rollout ranks."""
+    size, rule = _sync_bucket(recipe, actor.shape)
+    how = ("FSDP2 all-gathers a bucket at a time, never the whole model" if actor.memory.strategy == "fsdp2"
+           else "cast to compute dtype a bucket at a time")
+    terms = [Term("actor send bucket (gathered)", "actor", "sync", size, f"{rule}; {how}")]
+    if rank == 0:
+        terms.append(Term("actor send buffer (packed)", "actor", "sync", size,
+                          f"{rule}; rank 0 packs the bucket into one byte buffer and broadcasts it"))
+    return terms
+
+
+def _receive_terms(recipe: Mapping[str, Any], rollout: PlannedRole) -> list[Term]:
+    """A rollout rank's end of a sync: one received bucket as a byte buffer, alive until the next one arrives."""
+    size, rule = _sync_bucket(recipe, rollout.shape)
+    return [Term(f"{ROLLOUT_ROLE} received bucket", ROLLOUT_ROLE, "sync", size,
+                 f"{rule}; one byte buffer, copied into the model or the engine before the next")]
 
 
 # ------------------------------------------------------------------ the calls of a step, per process
@@ -390,11 +452,8 @@ def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank
 
     length, response = sequence_length(recipe), response_width(rollout_config(recipe))
     rows = {role: math.ceil(samples_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
-    micro = {role: _role_settings(recipe, role).get("micro_batch_size") for role in roles if role != "reward"}
-    calls: list[tuple[str, str, list[Term]]] = []
-    if "actor" in roles:
-        rollout = list(engine.rollout) if engine else list(_hf_rollout(recipe, roles["actor"], rank))
-        calls.append(("actor.generate_sequences", ROLLOUT, rollout))
+    micro = {role: _role_settings(recipe, role).get("micro_batch_size") for role in roles if role not in ("reward", ROLLOUT_ROLE)}
+    calls = _generate_call(recipe, roles, rank, engine)
     if "reward" in roles:
         batch = _role_settings(recipe, "reward").get("batch_size") or rows["reward"]
         calls.append(("reward.compute_rewards", LOG_PROBS, _pass_terms(roles["reward"], min(batch, rows["reward"]), length, response)))
@@ -409,6 +468,29 @@ def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank
     for role, method in (("critic", "update_critic"), ("actor", "update_actor")):
         if role in roles:
             calls.append((f"{role}.{method}", UPDATE, _update_call(recipe, roles[role], rank, rows[role], length, response)))
+    return calls + _sync_calls(recipe, roles, rank)
+
+
+def _generate_call(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int,
+                   engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
+    """The rollout, where the generating role (:func:`generating_role`) is in this process: its engine's terms."""
+    role = generating_role(recipe)
+    if role not in roles:
+        return []
+    terms = list(engine.rollout) if engine else list(_hf_rollout(recipe, roles[role], rank))
+    return [(f"{role}.generate_sequences", ROLLOUT, terms)]
+
+
+def _sync_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
+    """The weight channel's two ends with ``rollout.placement: separate``: the actor's send after its update, and
+    the rollout group's receive (queued behind the generations already sent)."""
+    if generating_role(recipe) != ROLLOUT_ROLE:
+        return []
+    calls: list[tuple[str, str, list[Term]]] = []
+    if "actor" in roles:
+        calls.append(("actor.send_weights", SYNC, _send_terms(recipe, roles["actor"], rank)))
+    if ROLLOUT_ROLE in roles:
+        calls.append((f"{ROLLOUT_ROLE}.receive_weights", SYNC, _receive_terms(recipe, roles[ROLLOUT_ROLE])))
     return calls
 
 
@@ -431,12 +513,14 @@ def _stage_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], ra
 
 
 def pool_phases(recipe: Mapping[str, Any], members: list[PlannedRole], use_gpu: bool, device_memory: int | None) -> list[Phase]:
-    """Every call of every rank of one pool's processes: the colocated roles' state, the engine, the call's own terms."""
+    """Every call of every rank of one pool's processes: the colocated roles' state, the engine (in the pool of the
+    generating role), the call's own terms."""
     roles = {planned.memory.role: planned for planned in members}
     stage = stage_of(recipe) is not None
+    holder = roles.get(generating_role(recipe))
     engine = None
-    if "actor" in roles and not stage and rollout_engine(recipe) == "vllm":
-        engine = _vllm_engine(recipe, roles["actor"], use_gpu, device_memory)
+    if holder is not None and not stage and rollout_engine(recipe) == "vllm":
+        engine = _vllm_engine(recipe, holder, use_gpu, device_memory)
     context = [Term("CUDA context + NCCL", "", "context", CONTEXT_BYTES, "per process, outside torch's allocator")] if use_gpu else []
     phases = []
     for rank in range(max(planned.memory.world_size for planned in members)):

@@ -27,6 +27,23 @@ count its parameters. Then, per rank:
 - **every process**: the CUDA context and NCCL buffers (:data:`CONTEXT_BYTES`); a sleeping vLLM
   engine's residue (:data:`VLLM_ASLEEP_BYTES`) outside the rollout.
 
+With ``rollout.placement: separate`` the rollout worker group (the role ``rollout``, on ``rollout.pool``)
+generates instead of the actor, so the engine's terms move to the rollout pool:
+
+- **the rollout pool**: each rank keeps the actor's model in compute dtype as a replica (no optimizer,
+  no gradients) with the hf engine; with the vllm engine it keeps no HF weights (they are freed once the
+  engine starts) and the engine's share is there in every call, never asleep (the pool trains nothing;
+  on CPU its weights + ``cpu_kv_cache_gib``). ``rollout.generate_sequences`` holds the hf engine's KV
+  cache, prefill activations and sampling logits for ``ceil(samples_per_step / stream_chunks / world)``
+  rows; ``rollout.receive_weights`` holds one received bucket as a byte buffer.
+- **the actor's pool**: no ``actor.generate_sequences``, no engine (no KV cache, no awake share, no
+  asleep residue); after the update, ``actor.send_weights`` holds the actor's state plus one bucket
+  cast (ddp) or gathered (fsdp2: a bucket at a time, never the whole model) in compute dtype, and on
+  rank 0 the byte buffer it packs that bucket into.
+
+A sync bucket is ``rollout.vllm.sync_bucket_mib``, or the largest tensor when that is larger (a bucket
+holds whole tensors), at most the whole model.
+
 The terms of each call live in :mod:`rlhfctl.recipe.memory_calls`. :meth:`MemoryPlan.phase_bytes` gives
 the bytes of each call for one pool's rank; the peak call is what must fit the device.
 ``memory/<role>/state_gib`` measures the state from the live tensors every step (``workers.memory``).
@@ -52,13 +69,15 @@ from rlhfctl.recipe.memory_calls import (
     PlannedRole,
     RoleSpec,
     Term,
+    generating_role,
+    generation_rows,
     model_shape,
     pool_phases,
     rollout_engine,
-    samples_per_step,
     sequence_length,
     stage_of,
 )
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 
 __all__ = [
     "CONTEXT_BYTES",
@@ -181,7 +200,7 @@ class MemoryPlan:
     def phase_bytes(self, pool: str, rank: int = 0, *, allocated_only: bool = False) -> dict[str, int]:
         """Predicted device bytes of ``pool``'s process ``rank`` during each call of the step, keyed by the
         call (``"actor.generate_sequences"``, ``"actor.compute_log_prob"``, ``"actor.update_actor"``, ...) in
-        step order; :attr:`Phase.group` of each is rollout, log-prob passes or update.
+        step order; :attr:`Phase.group` of each is rollout, log-prob passes, update or weight sync.
 
         Each value sums the call's terms (:meth:`phase_terms`); a term that needs the device memory counts 0
         while it is unknown. ``allocated_only`` leaves out the CUDA context and NCCL buffers, which
@@ -249,13 +268,18 @@ def _knobs(phase: Phase, over: int, device: int, roles: list[RoleMemory]) -> tup
 
 
 def _knobs_for(term: Term, phase: Phase, over: int, device: int, roles: list[RoleMemory]) -> list[str]:
-    """What shrinks one term: vLLM's share, offload or more ranks for state, smaller micro-batches for activations."""
+    """What shrinks one term: vLLM's share, offload or more ranks for state, smaller micro-batches for activations,
+    a smaller sync bucket; the rollout group's terms have the rollout's own knobs."""
     role = next((item for item in roles if item.role == term.role), None)
     ranks = f"more ranks (resource_pools.{role.pool}.process_on_nodes, now {role.world_size})" if role else ""
     if term.kind == "engine" and term.bytes:
         fits = (term.bytes - over) / device
         return [f"rollout.vllm.gpu_memory_utilization {fits:.2f} (now {term.bytes / device:.2f})" if fits > 0
                 else "a lower rollout.vllm.gpu_memory_utilization"]
+    if term.kind == "sync":
+        return ["a smaller rollout.vllm.sync_bucket_mib"]
+    if term.role == ROLLOUT_ROLE and role is not None:
+        return _rollout_knobs(term, ranks)
     if term.kind in ("state", "gradients") and role is not None:
         return [f"roles.{term.role}.fsdp.cpu_offload: true", ranks]
     if term.kind in ("activations", "logits") and role is not None:
@@ -265,6 +289,14 @@ def _knobs_for(term: Term, phase: Phase, over: int, device: int, roles: list[Rol
     if term.kind == "kv_cache" and role is not None:
         return [ranks, "rollout.engine: vllm"]
     return []
+
+
+def _rollout_knobs(term: Term, ranks: str) -> list[str]:
+    """The rollout group's hf terms: its replica shrinks only with vLLM (which frees it and works within its share);
+    the KV cache, activations and logits also with more rollout ranks (fewer rows each)."""
+    if term.kind == "state":
+        return ["rollout.engine: vllm"]
+    return [ranks, "rollout.engine: vllm"] if term.kind in ("kv_cache", "activations", "logits") else []
 
 
 # ------------------------------------------------------------------ the model's shapes
@@ -389,20 +421,21 @@ def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: st
 
     role_section = section(recipe, "roles", spec.role)
     model = _meta_model(spec.kind, spec.model_cfg, role_section.get("lora") if spec.role == "actor" else None)
-    strategy = role_strategy(role_section, world)
+    strategy = "ddp" if spec.role == ROLLOUT_ROLE else role_strategy(role_section, world)  # a replica per rollout rank
     offload = bool((role_section.get("fsdp") or {}).get("cpu_offload"))
     all_shapes, trained = _shapes(model, False), (_shapes(model, True) if spec.trainable else [])
     dtype = str(spec.model_cfg.get("dtype") or "float32")
     shape = model_shape(model, spec.kind == "causal", _dtype_bytes(dtype))
     kv = 0
-    if spec.role == "actor" and kv_rows and rollout_engine(recipe) == "hf":
+    if spec.role == generating_role(recipe) and kv_rows and rollout_engine(recipe) == "hf":
         kv = shape.kv_cache_bytes(kv_rows, sequence_length(recipe))
     sharded = strategy == "fsdp2" and world > 1
+    held = not _engine_holds_weights(recipe, spec.role)
     ranks = []
     for rank in range(world):
         trained_elements = _per_rank_elements(trained, world, rank, sharded)
         frozen_elements = _per_rank_elements(all_shapes, world, rank, sharded) - trained_elements
-        params = trained_elements * _MASTER_BYTES + frozen_elements * shape.compute_bytes
+        params = trained_elements * _MASTER_BYTES + frozen_elements * shape.compute_bytes if held else 0
         grads = trained_elements * _MASTER_BYTES
         ranks.append(RankMemory(rank, params, grads, grads * _ADAM_MOMENTS, kv, offload))
     memory = RoleMemory(
@@ -410,13 +443,27 @@ def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: st
         param_dtype="float32 (master)" if spec.trainable else dtype,
         parameters=sum(math.prod(shape) for shape in all_shapes),
         trainable_parameters=sum(math.prod(shape) for shape in trained), ranks=tuple(ranks),
-        note="LoRA: adapter trained" if spec.trainable and role_section.get("lora") not in (None, False) else "",
+        note=_role_note(recipe, spec, role_section),
     )
     return PlannedRole(memory, spec, shape, role_section)
 
 
+def _engine_holds_weights(recipe: Mapping[str, Any], role: str) -> bool:
+    """True for the rollout group on the vllm engine: its HF weights are freed once the engine starts (the engine's term counts them)."""
+    return role == ROLLOUT_ROLE and rollout_engine(recipe) == "vllm"
+
+
+def _role_note(recipe: Mapping[str, Any], spec: RoleSpec, role_section: Mapping[str, Any]) -> str:
+    """What the state table says beside a role: a trained LoRA adapter, or where the rollout group keeps its weights."""
+    if spec.role == ROLLOUT_ROLE:
+        return ("rollout replica: weights in the vLLM engine" if _engine_holds_weights(recipe, spec.role)
+                else "rollout replica in compute dtype, no optimizer")
+    return "LoRA: adapter trained" if spec.trainable and role_section.get("lora") not in (None, False) else ""
+
+
 def _role_specs(recipe: Mapping[str, Any]) -> list[RoleSpec]:
-    """The roles with a model, what kind of model each builds, and whether it trains."""
+    """The roles with a model, what kind of model each builds, and whether it trains (the rollout group of
+    ``rollout.placement: separate`` builds the actor's model, frozen)."""
     from workers.recipe import model_config
 
     roles = recipe.get("roles") or {}
@@ -425,6 +472,8 @@ def _role_specs(recipe: Mapping[str, Any]) -> list[RoleSpec]:
     specs = []
     if "actor" in present and (stage is None or stage.trained_role == "actor"):
         specs.append(RoleSpec("actor", "causal", True, model_config(recipe, "actor")))
+    if "actor" in present and generating_role(recipe) == ROLLOUT_ROLE:  # rollout.placement: separate
+        specs.append(RoleSpec(ROLLOUT_ROLE, "causal", False, model_config(recipe, "actor")))
     if "reference" in present and (stage is None or stage.algorithm == "dpo"):
         specs.append(RoleSpec("reference", "causal", False, model_config(recipe, "reference", fallback="actor")))
     if "critic" in present and stage is None:
@@ -462,7 +511,7 @@ def plan_memory(recipe: Mapping[str, Any], pools: Mapping[str, Any], device_memo
             continue
         world = int(pool.world_size)
         try:
-            planned = _role_memory(recipe, spec, world, pool.name, math.ceil(samples_per_step(recipe) / world))
+            planned = _role_memory(recipe, spec, world, pool.name, generation_rows(recipe, world))
         except Exception as failure:  # noqa: BLE001 - reported per role; the rest of the plan still helps
             plan.skipped[spec.role] = str(failure) if isinstance(failure, VocabularyMismatch) else (
                 f"{type(failure).__name__}: {failure}")
