@@ -3,7 +3,7 @@
 With ``placement: separate`` a rollout worker group (role ``rollout``) generates on ``rollout.pool`` and
 takes the actor's weights over a process group of its own. Every problem is an error (exit 2) naming its key:
 
-- staleness needs a rollout group of its own, and no dynamic sampling (it draws its extra batches at step time);
+- staleness needs a rollout group of its own;
 - the rollout pool is declared, hosts no other role, uses GPUs exactly when the actor's pool does (the weight
   channel has one backend), and its ranks split each stream chunk evenly;
 - ``rollout.worker`` imports and registers the methods the trainer calls on the group;
@@ -41,11 +41,6 @@ def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[
         issues.append(error("rollout.placement", (
             "rollout.placement: separate syncs weights with a collective between the actor's and the rollout "
             "group's processes, which ray.backend: local runs one call at a time in the driver; use ray.backend: ray")))
-    if cfg.algorithm.filter_groups.enable:
-        issues.append(error("algorithm.filter_groups.enable", (
-            "algorithm.filter_groups.enable: dynamic sampling is not yet supported with rollout.placement: separate "
-            "(it draws its extra batches at step time, from the actor); set rollout.placement: colocated or turn "
-            "filter_groups off")))
     issues += _worker_issues(cfg)
     pools = pools if pools is not None else resolve_pools(cfg, strict=False)
     pool_issues = _pool_issues(cfg, pools)

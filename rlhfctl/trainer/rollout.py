@@ -19,7 +19,7 @@ from rlhfctl.single_controller.worker_group import GroupMethod
 from rlhfctl.trainer.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 
-__all__ = ["Done", "Rollout", "Rollouts", "join"]
+__all__ = ["CallWhenNeeded", "Done", "Rollout", "Rollouts", "join", "send_scoring"]
 
 
 def join(batch: DataProto, futures: list[Any]) -> DataProto:
@@ -70,7 +70,15 @@ class Done:
         return self.value
 
 
-class _CallWhenNeeded:
+def send_scoring(critic: WorkerGroup | None, reference: WorkerGroup | None, prompts: DataProto, batch: DataProto) -> Rollout:
+    """The values and reference log-probs of samples already generated and rewarded, on the driver (the kept groups
+    of dynamic sampling, a batch collected from a rollout group of its own)."""
+    values = None if critic is None else critic.compute_values.submit(batch)
+    reference_log_probs = None if reference is None else reference.compute_ref_log_prob.submit(batch)
+    return Rollout(prompts, Done(batch), None, values, reference_log_probs)
+
+
+class CallWhenNeeded:
     """A scoring call on a group in the driver process, made at the first ``get()`` with the collected rollout."""
 
     def __init__(self, method: GroupMethod, generated: GroupFuture) -> None:
@@ -152,15 +160,12 @@ class Rollouts:
         return Generation(prompts, generated, self._score(self.reward, self.reward.compute_rewards, generated))
 
     def _send_scoring(self, prompts: DataProto, batch: DataProto) -> Rollout:
-        """The values and reference log-probs of samples already generated and rewarded (the kept groups)."""
-        values = None if self.critic is None else self.critic.compute_values.submit(batch)
-        reference = None if self.reference is None else self.reference.compute_ref_log_prob.submit(batch)
-        return Rollout(prompts, Done(batch), None, values, reference)
+        return send_scoring(self.critic, self.reference, prompts, batch)
 
     def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
         """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""
         if group.backend == "local" and self.actor.backend != "local":  # a group of the driver process (pool: driver)
-            return _CallWhenNeeded(method, generated)
+            return CallWhenNeeded(method, generated)
         if group.world_size == self.actor.world_size:
             return method.submit(generated)
         return method.submit(generated.get())

@@ -25,8 +25,9 @@ from rlhfctl.errors import WorkerLost
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
+from rlhfctl.trainer.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
-from rlhfctl.trainer.rollout import Done, Rollout
+from rlhfctl.trainer.rollout import CallWhenNeeded, Done, Rollout, send_scoring
 from rlhfctl.trainer.staleness import StalenessSchedule
 from rlhfctl.trainer.weight_sync import WeightSync
 
@@ -47,18 +48,24 @@ class StreamedRollout:
         self.step, self.prompts, self.chunks, self._rollouts = step, prompts, chunks, rollouts
         self.before = before  # (batcher state, draws) before this batch was drawn: where a resume or restart rewinds to
         self._reward: DataProto | None = None
+        self._filtered: FilteredRollout | None = None
         self._metrics: dict[str, float] = {}
 
     def responses(self) -> DataProto:
-        """The generated batch; each chunk's reward is started the moment that chunk is back. A rollout group lost
+        """The generated batch; each chunk's reward is started the moment that chunk is back. With
+        ``algorithm.filter_groups`` the kept groups, rewarded, more batches drawn as needed. A rollout group lost
         meanwhile is restarted alone (``trainer.max_restarts``) and this step's batch generated again."""
-        try:
-            return self._collect()
-        except WorkerLost as error:
-            if getattr(error, "role", None) != ROLLOUT_ROLE:
-                raise
-            self.chunks = self._rollouts.restart_group(error, self).chunks
-            return self._collect()
+        while True:
+            try:
+                batch = self._collect()
+                if self._rollouts.group_filter is not None:
+                    batch = self._filter(batch)
+                self._metrics.update(self._rollouts.staleness_metrics(self.step, batch))
+                return batch
+            except WorkerLost as error:
+                if getattr(error, "role", None) != ROLLOUT_ROLE:
+                    raise
+                self.chunks = self._rollouts.restart_group(error, self).chunks
 
     def _collect(self) -> DataProto:
         parts, rewards = [], []
@@ -68,19 +75,34 @@ class StreamedRollout:
             rewards.append(chunk.reward if chunk.reward is not None else self._rollouts.reward.compute_rewards.submit(generated))
         batch = DataProto.concat(parts)
         self._reward = DataProto.concat([reward.get() for reward in rewards])
-        self._metrics = self._rollouts.staleness_metrics(self.step, batch)
+        self._metrics = {}
         return batch
+
+    def _filter(self, batch: DataProto) -> DataProto:
+        """Dynamic sampling on the collected batch: its groups without signal dropped, more batches drawn until the
+        step is full; the kept samples (reward joined) are sent to the values and the reference."""
+        rollouts = self._rollouts
+        self._filtered = FilteredRollout(
+            rollouts.group_filter, Generation(self.prompts, Done(batch), Done(self._reward)),
+            lambda: rollouts.extra_generation(self.step),
+            lambda prompts, kept: send_scoring(rollouts.critic, rollouts.reference, prompts, kept))
+        kept = self._filtered.responses()
+        self.prompts = self._filtered.prompts
+        self._metrics.update(self._filtered.metrics())
+        return kept
 
     def scored(self, batch: DataProto, reference_on_driver: bool) -> tuple[DataProto, list[Any]]:
         """``batch`` with the reward and values joined; the reference log-probs as :class:`Rollout` hands them over."""
+        if self._filtered is not None:  # the kept samples' values and reference were sent by the filter
+            return self._filtered.scored(batch, reference_on_driver)
         rollouts = self._rollouts
         values = None if rollouts.critic is None else rollouts.critic.compute_values.submit(batch)
         reference = None if rollouts.reference is None else rollouts.reference.compute_ref_log_prob.submit(batch)
         return Rollout(self.prompts, Done(batch), Done(self._reward), values, reference).scored(batch, reference_on_driver)
 
     def metrics(self) -> dict[str, float]:
-        """``rollout/staleness/mean`` and ``/max`` of this batch, the weight syncs finished since the last step and,
-        after a restart of the rollout group, ``rollout/restarts``."""
+        """``rollout/staleness/mean`` and ``/max`` of this batch, the filter's counts with ``algorithm.filter_groups``,
+        the weight syncs finished since the last step and, after a restart of the rollout group, ``rollout/restarts``."""
         return {**self._metrics, **self._rollouts.sync_metrics(self.step)}
 
 
@@ -104,8 +126,12 @@ class SeparateRollouts:
         # the actor's processes (or runs in the driver) is sent each chunk once it is back, lest it hold up the actor.
         own_pool = cfg.roles.reward.pool not in (cfg.roles.actor.pool, cfg.rollout.pool)
         self.reward_takes_futures = own_pool and reward.backend == rollout.backend and reward.world_size == rollout.world_size
+        self.group_filter = GroupFilterSettings.from_recipe(cfg, tokenizer.pad_token_id)
         self._in_flight: deque[StreamedRollout] = deque()
         self.draws = 0
+        # Draw numbers that dynamic sampling took at step time, and for which step: they may lie between the draws of
+        # batches in flight, so a rewind to before those batches skips them (they were trained on already).
+        self._consumed: dict[int, int] = {}
         self.next_unsent = 1
         self.synced_version = 0
 
@@ -123,7 +149,21 @@ class SeparateRollouts:
         """This step's batch: the oldest in flight."""
         if not self._in_flight:
             self._fill()
-        return self._in_flight.popleft()
+        batch = self._in_flight.popleft()
+        floor = batch.before[1]  # no rewind goes further back than this step's batch
+        self._consumed = {draw: step for draw, step in self._consumed.items() if draw >= floor}
+        return batch
+
+    def extra_generation(self, step: int) -> Generation:
+        """Dynamic sampling's next batch for step ``step``: the next prompts, generated now on the rollout group's
+        current weights (behind the batches in flight) in one call, with its reward behind it."""
+        prompts, draw = self._draw()
+        self._consumed[draw] = step
+        prompts.meta_info.update(draw=draw, chunk=0, chunks=1)
+        generated = self.rollout.generate_sequences.submit(prompts)
+        reward = (self.reward.compute_rewards.submit(generated) if self.reward_takes_futures
+                  else CallWhenNeeded(self.reward.compute_rewards, generated))
+        return Generation(prompts, generated, reward)
 
     def send_ahead(self, step: int) -> None:
         """After step ``step``'s update is sent: sync the weights when due, then send what the bound allows."""
@@ -165,6 +205,7 @@ class SeparateRollouts:
                      f"workers alone, step {first_lost}'s batch and later ones drawn again")
         self.sync.abandon()
         self.rollout = self.sync.rollout = self._restart()
+        self._consumed = {draw: step for draw, step in self._consumed.items() if step < first_lost}
         if rewind is not None:
             self.batcher.load_state_dict(rewind[0])
             self.draws = rewind[1]
@@ -180,11 +221,14 @@ class SeparateRollouts:
         return self._in_flight[0].before[0] if self._in_flight else self.batcher.state_dict()
 
     def driver_state(self) -> dict[str, Any]:
-        """The draws numbered before the oldest batch in flight (each draw's number is its random stream)."""
-        return {"rollout_draws": self._in_flight[0].before[1] if self._in_flight else self.draws}
+        """The draws numbered before the oldest batch in flight (each draw's number is its random stream), and the
+        later draws dynamic sampling already trained on, which a resumed run skips."""
+        draws = self._in_flight[0].before[1] if self._in_flight else self.draws
+        return {"rollout_draws": draws, "rollout_consumed_draws": sorted(d for d in self._consumed if d >= draws)}
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.draws = int(state.get("rollout_draws", 0))
+        self._consumed = {int(draw): 0 for draw in state.get("rollout_consumed_draws", [])}  # all of finished steps
 
     def staleness_metrics(self, step: int, batch: DataProto) -> dict[str, float]:
         """How many versions behind step ``step``'s weights each sample's ``policy_version`` is."""
@@ -198,14 +242,27 @@ class SeparateRollouts:
             self.next_unsent += 1
 
     def _send(self, step: int) -> StreamedRollout:
+        self._skip_consumed()
         before = (self.batcher.state_dict(), self.draws)
-        prompts = to_dataproto(next(self.batcher), self.tokenizer)
+        prompts, draw = self._draw()
         parts = prompts.chunk(self.chunks) if self.chunks > 1 else [prompts]
         chunks = []
         for index, part in enumerate(parts):
-            part.meta_info.update(draw=self.draws, chunk=index, chunks=self.chunks)
+            part.meta_info.update(draw=draw, chunk=index, chunks=self.chunks)
             generated = self.rollout.generate_sequences.submit(part)
             reward = self.reward.compute_rewards.submit(generated) if self.reward_takes_futures else None
             chunks.append(_Chunk(generated, reward))
-        self.draws += 1
         return StreamedRollout(step, prompts, chunks, self, before)
+
+    def _draw(self) -> tuple[DataProto, int]:
+        """The next batch of prompts of the one prompt stream, and its draw number."""
+        self._skip_consumed()
+        prompts, draw = to_dataproto(next(self.batcher), self.tokenizer), self.draws
+        self.draws += 1
+        return prompts, draw
+
+    def _skip_consumed(self) -> None:
+        """After a rewind (a resume, a restart), pass over the draws dynamic sampling has trained on already."""
+        while self.draws in self._consumed:
+            next(self.batcher)
+            self.draws += 1

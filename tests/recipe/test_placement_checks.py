@@ -67,9 +67,8 @@ def test_each_stream_chunk_splits_evenly_over_the_rollout_ranks():
     assert issues(*SEPARATE, "rollout.stream_chunks=4") == {}
 
 
-def test_dynamic_sampling_is_refused_on_a_rollout_group():
-    message = issues(*SEPARATE, "algorithm.filter_groups.enable=true")["algorithm.filter_groups.enable"]
-    assert "dynamic sampling is not yet supported with rollout.placement: separate" in message
+def test_dynamic_sampling_runs_on_a_rollout_group():
+    assert issues(*SEPARATE, "algorithm.filter_groups.enable=true", "trainer.max_staleness=1") == {}
 
 
 def test_agent_rollouts_run_on_a_rollout_group():
