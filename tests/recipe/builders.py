@@ -53,3 +53,13 @@ def validate_cli(recipe_file: Path, *overrides: str) -> Any:
     result = CliRunner().invoke(app, ["validate", str(recipe_file), *overrides])
     assert "Traceback" not in result.output, result.output
     return result
+
+
+#: Qwen2.5-7B's config.json (the values that size the model); no download: the plan reads shapes only.
+QWEN25_7B = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
+    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+    "max_position_embeddings": 32768, "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "rms_norm_eps": 1e-06, "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151643,
+}
+PARAMETERS_7B = 7_615_616_512

@@ -11,30 +11,13 @@ from typer.testing import CliRunner
 from rlhfctl.cli.app import app
 from rlhfctl.recipe.memory_plan import CONTEXT_BYTES, LOGIT_FP32_COPIES, VLLM_ASLEEP_BYTES, parse_memory_size, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
+from tests.recipe.builders import PARAMETERS_7B
 from tests.workers.recipes import tiny_recipe
 from workers.log_probs import LOGITS_CHUNK_TOKENS
 
 GIB = 2**30
-#: Qwen2.5-7B's config.json (the values that size the model); no download: the plan reads shapes only.
-QWEN25_7B = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944,
-    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-    "max_position_embeddings": 32768, "rope_theta": 1000000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-    "rms_norm_eps": 1e-06, "hidden_act": "silu", "bos_token_id": 151643, "eos_token_id": 151643,
-}
-PARAMETERS_7B = 7_615_616_512
 #: colocated-8gpu as the issue's reference run: GRPO, actor + reference, no critic, vLLM at its default share.
 GRPO_7B = ["algorithm.adv_estimator=grpo", "roles.critic=null"]
-
-
-@pytest.fixture(scope="module")
-def qwen_7b(tmp_path_factory):
-    """A local model directory holding Qwen2.5-7B's config.json, and a one-line data file."""
-    root = tmp_path_factory.mktemp("qwen7b")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text(json.dumps(QWEN25_7B))
-    (root / "train.jsonl").write_text('{"prompt": "1 + 1 =", "ground_truth": "2"}\n')
-    return root
 
 
 def validate(qwen_7b, *args: str):

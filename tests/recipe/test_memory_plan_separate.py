@@ -3,7 +3,6 @@ without generation but with its send bucket, and the warnings naming the rollout
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from rlhfctl.cli.app import app
 from rlhfctl.recipe import load_recipe, validate_recipe
 from rlhfctl.recipe.memory_plan import CONTEXT_BYTES, LOGIT_FP32_COPIES, plan_memory
 from rlhfctl.recipe.pools import PoolInfo, resolve_pools
-from tests.recipe.test_memory_phases import PARAMETERS_7B, QWEN25_7B
+from tests.recipe.builders import PARAMETERS_7B
 from tests.workers.recipes import tiny_recipe
 
 GIB, MIB = 2**30, 2**20
@@ -27,23 +26,13 @@ EMBEDDING = 152064 * 3584
 ROWS, PROMPT, LENGTH = 128 * 2 // 4, 256, 256 + 256  # 256 samples over 4 rollout ranks; prompt + response tokens
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A local directory holding Qwen2.5-7B's config.json (the plan reads shapes only) and a one-line data file."""
-    root = tmp_path_factory.mktemp("qwen7b-separate")
-    (root / "model").mkdir()
-    (root / "model" / "config.json").write_text(json.dumps(QWEN25_7B))
-    (root / "train.jsonl").write_text('{"prompt": "1 + 1 =", "ground_truth": "2"}\n')
-    return root
+def overrides(qwen_7b: Path, *extra: str) -> list[str]:
+    return [f"roles.actor.model.path={qwen_7b / 'model'}", f"data.train_files=[{qwen_7b / 'train.jsonl'}]", *SPLIT, *extra]
 
 
-def overrides(model_dir: Path, *extra: str) -> list[str]:
-    return [f"roles.actor.model.path={model_dir / 'model'}", f"data.train_files=[{model_dir / 'train.jsonl'}]", *SPLIT, *extra]
-
-
-def plan(model_dir: Path, *extra: str, device_memory: int = 80 * GIB):
+def plan(qwen_7b: Path, *extra: str, device_memory: int = 80 * GIB):
     """The plan of colocated-8gpu with the 7B model, ``extra`` overrides, on its resolved pools."""
-    cfg = load_recipe(RECIPE, overrides(model_dir, *extra))
+    cfg = load_recipe(RECIPE, overrides(qwen_7b, *extra))
     return plan_memory(OmegaConf.to_container(cfg, resolve=True), resolve_pools(cfg), device_memory)
 
 
@@ -53,8 +42,8 @@ def bucket_7b() -> int:
     return EMBEDDING * 2
 
 
-def test_an_hf_rollout_pool_holds_a_bf16_replica_its_kv_cache_and_one_received_bucket(model_dir):
-    memory = plan(model_dir, *SEPARATE, "rollout.engine=hf")
+def test_an_hf_rollout_pool_holds_a_bf16_replica_its_kv_cache_and_one_received_bucket(qwen_7b):
+    memory = plan(qwen_7b, *SEPARATE, "rollout.engine=hf")
     rollout = next(role for role in memory.roles if role.role == "rollout")
     assert (rollout.pool, rollout.world_size, rollout.strategy, rollout.trainable) == ("gen", 4, "ddp", False)
     assert [rank.optimizer_bytes for rank in rollout.ranks] == [0] * 4 and rollout.parameters == PARAMETERS_7B
@@ -76,8 +65,8 @@ def test_an_hf_rollout_pool_holds_a_bf16_replica_its_kv_cache_and_one_received_b
     assert rollout.ranks[0].kv_cache_bytes == kv and memory.peak("gen").call == "rollout.generate_sequences"
 
 
-def test_a_vllm_rollout_pool_holds_the_awake_engine_in_every_call_and_no_hf_weights(model_dir):
-    memory = plan(model_dir, *SEPARATE, "rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=0.6")
+def test_a_vllm_rollout_pool_holds_the_awake_engine_in_every_call_and_no_hf_weights(qwen_7b):
+    memory = plan(qwen_7b, *SEPARATE, "rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=0.6")
     terms = memory.phase_terms("gen")
     awake = int(0.6 * 80 * GIB)  # never asleep: the rollout pool trains nothing
     assert terms == {
@@ -90,18 +79,18 @@ def test_a_vllm_rollout_pool_holds_the_awake_engine_in_every_call_and_no_hf_weig
     assert memory.process_bytes()["gen"] == CONTEXT_BYTES + awake + bucket_7b()
 
 
-def test_without_the_device_memory_the_rollout_pools_vllm_share_is_unknown(model_dir, monkeypatch):
+def test_without_the_device_memory_the_rollout_pools_vllm_share_is_unknown(qwen_7b, monkeypatch):
     from rlhfctl.recipe import memory_plan
 
     monkeypatch.setattr(memory_plan, "_cuda_memory", lambda: None)
-    memory = plan(model_dir, *SEPARATE, "rollout.engine=vllm", device_memory=None)
+    memory = plan(qwen_7b, *SEPARATE, "rollout.engine=vllm", device_memory=None)
     assert [phase.unknown for phase in memory.phases["gen"] if phase.rank == 0] == [["vLLM engine (awake)"]] * 2
     assert memory.misfits() == []
 
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_the_actors_pool_does_not_generate_and_sends_one_bucket_at_a_time(model_dir, engine):
-    memory = plan(model_dir, *SEPARATE, f"rollout.engine={engine}")
+def test_the_actors_pool_does_not_generate_and_sends_one_bucket_at_a_time(qwen_7b, engine):
+    memory = plan(qwen_7b, *SEPARATE, f"rollout.engine={engine}")
     calls = memory.phase_terms("main")
     assert list(calls) == ["reference.compute_ref_log_prob", "actor.compute_log_prob", "actor.update_actor", "actor.send_weights"]
     kinds = {term.kind for phase in memory.phases["main"] for term in phase.terms}
@@ -120,9 +109,9 @@ def test_the_actors_pool_does_not_generate_and_sends_one_bucket_at_a_time(model_
 
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])
-def test_the_colocated_recipe_keeps_generation_on_the_actors_pool_and_its_other_calls_are_the_same(model_dir, engine):
-    colocated = plan(model_dir, f"rollout.engine={engine}")
-    separate = plan(model_dir, *SEPARATE, f"rollout.engine={engine}")
+def test_the_colocated_recipe_keeps_generation_on_the_actors_pool_and_its_other_calls_are_the_same(qwen_7b, engine):
+    colocated = plan(qwen_7b, f"rollout.engine={engine}")
+    separate = plan(qwen_7b, *SEPARATE, f"rollout.engine={engine}")
     assert "gen" not in colocated.phases and "rollout" not in {role.role for role in colocated.roles}
     before = colocated.phase_terms("main")
     assert list(before) == ["actor.generate_sequences", "reference.compute_ref_log_prob", "actor.compute_log_prob",
@@ -163,8 +152,8 @@ def test_a_vllm_rollout_on_a_cpu_pool_holds_its_weights_and_the_cpu_kv_cache():
                                                                      "rollout received bucket": rollout.parameters * 4}}
 
 
-def test_a_misfit_on_the_rollout_pool_names_the_rollout_pools_knobs(model_dir):
-    memory = plan(model_dir, *SEPARATE, "rollout.engine=hf", device_memory=16 * GIB)
+def test_a_misfit_on_the_rollout_pool_names_the_rollout_pools_knobs(qwen_7b):
+    memory = plan(qwen_7b, *SEPARATE, "rollout.engine=hf", device_memory=16 * GIB)
     misfit = next(item for item in memory.misfits() if (item.pool, item.call) == ("gen", "rollout.generate_sequences"))
     terms = memory.phase_terms("gen")["rollout.generate_sequences"]
     per_row = terms["rollout KV cache"] + terms["rollout activations"] + terms["rollout logits"]
@@ -172,7 +161,7 @@ def test_a_misfit_on_the_rollout_pool_names_the_rollout_pools_knobs(model_dir):
                             f"more ranks (resource_pools.gen.process_on_nodes, now 4) (acts on {per_row / GIB:.1f} GiB)")
     assert misfit.message.startswith(f"memory plan: pool gen needs {sum(terms.values()) / GIB:.1f} GiB in rollout.generate_sequences")
     assert not any("roles.rollout" in knob for item in memory.misfits() for knob in item.knobs)  # no such keys
-    greedy = plan(model_dir, *SEPARATE, "rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=0.99")
+    greedy = plan(qwen_7b, *SEPARATE, "rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=0.99")
     receive = next(item for item in greedy.misfits() if item.call == "rollout.receive_weights")
     over = receive.needed - 80 * GIB
     share = (int(0.99 * 80 * GIB) - over) / (80 * GIB)
@@ -181,13 +170,13 @@ def test_a_misfit_on_the_rollout_pool_names_the_rollout_pools_knobs(model_dir):
         f"a smaller rollout.vllm.sync_bucket_mib (acts on {bucket_7b() / GIB:.1f} GiB)")
 
 
-def test_validate_warns_naming_the_rollout_pool(model_dir):
-    report = validate_recipe(load_recipe(RECIPE, overrides(model_dir, *SEPARATE, "rollout.engine=hf")), device_memory=16 * GIB)
+def test_validate_warns_naming_the_rollout_pool(qwen_7b):
+    report = validate_recipe(load_recipe(RECIPE, overrides(qwen_7b, *SEPARATE, "rollout.engine=hf")), device_memory=16 * GIB)
     assert report.ok, report.errors
     warned = {issue.message for issue in report.warnings if issue.key_path == "resource_pools.gen"}
     assert any(message.startswith("memory plan: pool gen needs ") and " in rollout.generate_sequences" in message
                and "rollout.engine: vllm" in message for message in warned)
-    result = CliRunner().invoke(app, ["validate", str(RECIPE), *overrides(model_dir, *SEPARATE, "rollout.engine=hf"),
+    result = CliRunner().invoke(app, ["validate", str(RECIPE), *overrides(qwen_7b, *SEPARATE, "rollout.engine=hf"),
                                       "--device-memory", "16"])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stdout.splitlines() if line.startswith("warning: memory plan: pool gen")]

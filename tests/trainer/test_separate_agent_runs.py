@@ -14,8 +14,8 @@ from tests.trainer.test_separate_rollout_runs import COMPARED, SEPARATE
 from tests.trainer.test_training_runs import train
 
 ECHO = "{class: 'tests.agents.test_agent_loop:EchoTool', config: {sleep_s: 0.01}}"
-AGENT = [f"rollout.multi_turn={{enable: true, max_turns: 3, max_response_tokens: 48, max_tool_response_tokens: 16, "
-         f"format: test_always_echo, tools: [{ECHO}]}}"]
+AGENT = [(f"rollout.multi_turn={{enable: true, max_turns: 3, max_response_tokens: 48, max_tool_response_tokens: 16, "
+          f"format: test_always_echo, tools: [{ECHO}]}}")]
 RUN = ["rollout.n=2", "rollout.max_new_tokens=8", "trainer.batch_size=4", "trainer.mini_batch_size=4",
        "data.num_train=16", "trainer.total_steps=2", "trainer.log_samples=4", "trainer.trace=true"]
 AGENT_KEYS = ("agent/turns/mean", "agent/tool_calls/mean", "agent/tool_errors/mean", "agent/truncated_fraction")
