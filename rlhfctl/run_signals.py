@@ -5,7 +5,8 @@ its time limit. Ray's core worker installs its own SIGTERM handler at ``ray.init
 stack and kills the driver), so :func:`stop_on_signals` is entered after Ray is up and replaces it.
 The first signal raises :class:`RunSignalled` (a ``KeyboardInterrupt``, so every Ctrl-C path applies);
 later ones are ignored while the run saves and shuts down. Inside :func:`safe_point_pending` blocks
-(a checkpoint being written) the stop waits until the block ends.
+(a checkpoint being written, a step being logged and counted done) the stop, Ctrl-C's first included,
+waits until the block ends.
 
 The first stop request (Ctrl-C included) is also remembered, because the exception it raises does not
 always reach the run as itself: a handler that runs while the driver waits inside Ray (``ray.get``,
@@ -72,9 +73,13 @@ def _handle(signum: int, frame: Any) -> None:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    """Ctrl-C as Python has it (a KeyboardInterrupt each time), remembered as the first request if it is."""
+    """Ctrl-C as Python has it (a KeyboardInterrupt each time), remembered as the first request if it is; the first one
+    waits for the end of a :func:`safe_point_pending` block, as the other stop signals do."""
     if _state.received is None:
         _state.received = signum
+    if _state.critical_depth and not _state.raised:
+        _state.deferred = True
+        return
     _state.raised = True  # a SIGTERM that follows does not cut the save that Ctrl-C started
     signal.default_int_handler(signum, frame)
 
@@ -106,7 +111,8 @@ def safe_point_pending() -> Iterator[None]:
         pending, _state.deferred = _state.deferred, False
         if pending and not _state.critical_depth and not _state.raised:
             _state.raised = True
-            raise RunSignalled(_state.received)
+            # Ctrl-C goes on as Python's own KeyboardInterrupt, the others as the RunSignalled naming them.
+            raise KeyboardInterrupt() if _state.received == signal.SIGINT else RunSignalled(_state.received)
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE, resolve
 from rlhfctl.recipe.stages import MODEL_DIR
+from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
@@ -114,9 +115,10 @@ class PPOTrainer(TrainerBase):
             self.record_step_trace(step, step_start, time.time())
             if cfg.val_every and (step % cfg.val_every == 0 or step == total):
                 metrics.update(self.validate(step))
-            self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
-            self.samples.write(step, self.metrics_log)
-            self.completed_step = step
+            with safe_point_pending():  # logged and done as one: a stop between would save (and resume) the step before
+                self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
+                self.samples.write(step, self.metrics_log)
+                self.completed_step = step
             if cfg.save_every and (step % cfg.save_every == 0 or step == total):
                 self.save(step)
         return metrics

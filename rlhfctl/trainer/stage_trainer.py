@@ -95,8 +95,9 @@ class StageTrainer(TrainerBase):
             if self.eval_data is not None and (step == total or (trainer.val_every and step % trainer.val_every == 0)):
                 metrics.update(self.evaluate())
             self._check_finite(step, metrics)
-            self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
-            self.completed_step = step
+            with safe_point_pending():  # logged and done as one: a stop between would save (and resume) the step before
+                self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
+                self.completed_step = step
             if trainer.save_every and (step % trainer.save_every == 0 or step == total):
                 self.save(step)
         self.export()

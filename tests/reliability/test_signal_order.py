@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 import rlhfctl.trainer.run as run
 from rlhfctl.cli.errors import exit_code_for
-from rlhfctl.run_signals import RunSignalled, stop_on_signals
+from rlhfctl.run_signals import RunSignalled, safe_point_pending, stop_on_signals
 from rlhfctl.single_controller.errors import WorkerDiedError
 from tests.reliability.test_faults import REPO, sigint_not_ignored
 from tests.reliability.test_signals import ray_tmpdir  # noqa: F401 - the fixture
@@ -204,3 +204,17 @@ def test_a_sigterm_that_reaches_the_driver_inside_ray_get_exits_143(ray_tmpdir):
                           text=True, timeout=240)
     outcome = [line for line in done.stdout.splitlines() if line.startswith("outcome")]
     assert outcome == ["outcome RunSignalled 143 stopped by SIGTERM"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_inside_a_safe_point_waits_for_its_end_ctrl_c_included(signum):
+    """The trainer logs a step and counts it done inside one: a Ctrl-C between the two had saved the step before."""
+    done = []
+    with pytest.raises(KeyboardInterrupt) as raised, sigint_not_ignored(), stop_on_signals():
+        with safe_point_pending():
+            os.kill(os.getpid(), signum)
+            time.sleep(0.2)  # the handler has run by now, and deferred the stop
+            done.append("step logged")
+            done.append("step done")
+    assert done == ["step logged", "step done"] and exit_code_for(raised.value) == 128 + signum
+    assert isinstance(raised.value, RunSignalled) == (signum != signal.SIGINT)  # Ctrl-C stays Python's own
