@@ -22,7 +22,7 @@ from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
 from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
 from rlhfctl.agents.trajectory import response_width
-from workers.sampling.agent_rollout import AgentRollout, agent_rollout_enabled, hf_batch_generate
+from workers.sampling.agent_rollout import agent_rollout_for, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
 from workers.sampling.sync_probe import PROBE_PARAMS, log_prob_gap, probe_prompts, vocab_of
 from workers.seeding import derive_seed, make_generator
@@ -71,10 +71,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
         DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
         self._init_trained_model()
-        if agent_rollout_enabled(self.rollout):
-            eos_ids = eos_token_ids(self.tokenizer, self.module)
-            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
-            self.agent_rollout = AgentRollout(self.rollout, self.tokenizer, eos_ids, int(pad_id))
+        self.agent_rollout = agent_rollout_for(self.rollout, self.tokenizer, self.module)
         if self.rollout["engine"] == "vllm" and self.rollout["placement"] == "colocated":
             self.rollout_engine = self._start_vllm_engine()  # separate: the rollout group holds the engines
 

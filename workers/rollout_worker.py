@@ -24,7 +24,7 @@ from rlhfctl.single_controller import Dispatch, register
 from workers.engine import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
 from workers.recipe import model_config, rollout_config, section, trainer_config
 from workers.role import RoleWorker
-from workers.sampling.agent_rollout import AgentRollout, agent_rollout_enabled, hf_batch_generate
+from workers.sampling.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 from workers.sampling.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
 from workers.seeding import derive_seed, make_generator
@@ -87,10 +87,7 @@ class RolloutWorker(RoleWorker):
         if vllm:
             self.rollout_engine = self._start_vllm_engine()
             self.model.to("meta")  # its config and generation config stay: eos ids, vocabulary, probe prompts
-        if agent_rollout_enabled(self.rollout):
-            eos_ids = eos_token_ids(self.tokenizer, self.model)
-            pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
-            self.agent_rollout = AgentRollout(self.rollout, self.tokenizer, eos_ids, int(pad_id))
+        self.agent_rollout = agent_rollout_for(self.rollout, self.tokenizer, self.model)
 
     def _start_vllm_engine(self) -> Any:
         """This rank's vLLM engine replica; it never sleeps (its pool trains nothing)."""

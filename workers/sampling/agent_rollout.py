@@ -35,9 +35,9 @@ from rlhfctl.agents.loop import AgentContext, AgentSample
 from rlhfctl.agents.tool_registry import agent_loop_class, build_tools, environment_spec
 from rlhfctl.agents.trajectory import Trajectory
 from rlhfctl.protocol import DataProto
-from workers.sampling.generation import SamplingParams, rollout_batch, sample_responses
+from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 
-__all__ = ["AgentRollout", "agent_rollout_enabled", "hf_batch_generate", "multi_turn_settings", "run_coroutine"]
+__all__ = ["AgentRollout", "agent_rollout_enabled", "agent_rollout_for", "hf_batch_generate", "multi_turn_settings", "run_coroutine"]
 
 METRIC_PREFIX = "agent/"
 """Per-sample metric columns; ``workers.reward.is_internal_column`` keeps them from reward functions."""
@@ -114,6 +114,15 @@ def multi_turn_settings(rollout: Mapping[str, Any]) -> dict[str, Any]:
 def agent_rollout_enabled(rollout: Mapping[str, Any]) -> bool:
     """Whether ``rollout.multi_turn.enable`` is on."""
     return bool((rollout.get("multi_turn") or {}).get("enable"))
+
+
+def agent_rollout_for(rollout: Mapping[str, Any], tokenizer: Any, model: nn.Module) -> AgentRollout | None:
+    """The rank's agent rollout with ``rollout.multi_turn.enable`` (None without): the model's EOS ids, the tokenizer's pad."""
+    if not agent_rollout_enabled(rollout):
+        return None
+    eos_ids = eos_token_ids(tokenizer, model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
+    return AgentRollout(rollout, tokenizer, eos_ids, int(pad_id))
 
 
 class AgentRollout:
