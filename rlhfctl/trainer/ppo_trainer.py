@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.models.loading import ModelConfigError, load_tokenizer
 from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
+from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.trainer.metrics import first_non_finite
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
