@@ -108,10 +108,10 @@ def _actor_update(step: EffectiveRecipe, vllm: bool, separate: bool) -> StepCall
         actor_inputs.append(_f("rollout_log_probs"))
     note = "" if step.needs_old_log_probs else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
     if vllm and not separate:
-        note = "; ".join(filter(None, [note, "then the new weights go into this rank's vLLM engine (time/rollout_sync)"]))
+        note = _joined(note, "then the new weights go into this rank's vLLM engine (time/rollout_sync)")
     warmup = step.critic_warmup_steps
     if warmup:
-        note = "; ".join(filter(None, [note, f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)"]))
+        note = _joined(note, f"skipped during the first {warmup} step(s) (trainer.critic_warmup_steps)")
     return StepCall("actor", "update_actor", "PPO policy update", "samples", tuple(actor_inputs), updates=True, note=note)
 
 
@@ -132,7 +132,7 @@ def training_step(cfg: Any) -> list[StepCall]:
         generated += (_f("rollout_log_probs"),)
     generator = "actor" if pool is None else ROLLOUT_ROLE
     steps = [StepCall(generator, "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
-                      generated, fan_out=n, note=_engine_note(cfg, vllm, pool))]
+                      generated, fan_out=n, note=_joined(_engine_note(cfg, vllm, pool), _dynamic_sampling_note(cfg, pool)))]
     steps += _scoring(step)
     if step.needs_old_log_probs:
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
@@ -162,6 +162,21 @@ def _engine_note(cfg: Any, vllm: bool, pool: str | None) -> str:
     if vllm:
         return "engine: vllm, one colocated vLLM engine per actor rank (weights synced in memory after each update)"
     return "engine: hf, the actor's own decoding loop"
+
+
+def _dynamic_sampling_note(cfg: Any, pool: str | None) -> str:
+    """When the step generates again: DAPO's filter draws more prompts until the batch holds enough groups with signal."""
+    dynamic = cfg.algorithm.filter_groups
+    if not dynamic.enable:
+        return ""
+    queued = "; each extra call queues behind the batches in flight, on the group's current weights" if pool is not None else ""
+    return (f"repeated with its scoring on more prompts until trainer.batch_size groups differ in {dynamic.metric}, "
+            f"at most {int(dynamic.max_num_gen_batches)} calls a step (algorithm.filter_groups){queued}")
+
+
+def _joined(*notes: str) -> str:
+    """The non-empty notes of one call, in order."""
+    return "; ".join(note for note in notes if note)
 
 
 def _weight_sync(cfg: Any) -> list[StepCall]:

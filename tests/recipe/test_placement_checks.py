@@ -133,3 +133,16 @@ def test_inspect_dispatch_shows_the_rollout_group_and_the_weight_sync():
     table = CliRunner().invoke(app, ["inspect-dispatch", str(QUICKSTART), *SEPARATE, "--role", "rollout"])
     assert table.exit_code == 0, table.output
     assert "rollout.receive_weights" in table.stdout and "[gen]" in table.stdout
+
+
+@pytest.mark.parametrize("placement", [[], SEPARATE])
+def test_inspect_dispatch_says_when_dynamic_sampling_generates_again(placement):
+    def generation_note(*overrides: str) -> str:
+        result = CliRunner().invoke(app, ["inspect-dispatch", str(QUICKSTART), *placement, *overrides, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["dataflow"][0]["note"]
+
+    assert "filter_groups" not in generation_note()
+    note = generation_note("algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=3")
+    assert "repeated with its scoring on more prompts until trainer.batch_size groups differ in acc, at most 3 calls a step" in note
+    assert ("queues behind the batches in flight" in note) == bool(placement)
