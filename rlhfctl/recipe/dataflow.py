@@ -169,9 +169,9 @@ def _dynamic_sampling_note(cfg: Any, pool: str | None) -> str:
     dynamic = cfg.algorithm.filter_groups
     if not dynamic.enable:
         return ""
-    queued = "; each extra call queues behind the batches in flight, on the group's current weights" if pool is not None else ""
-    return (f"repeated with its scoring on more prompts until trainer.batch_size groups differ in {dynamic.metric}, "
-            f"at most {int(dynamic.max_num_gen_batches)} calls a step (algorithm.filter_groups){queued}")
+    queued = "each extra call queues behind the batches in flight, on the group's current weights" if pool is not None else ""
+    return _joined(f"repeated with its scoring on more prompts until trainer.batch_size groups differ in {dynamic.metric}, "
+                   f"at most {int(dynamic.max_num_gen_batches)} calls a step (algorithm.filter_groups)", queued)
 
 
 def _joined(*notes: str) -> str:
