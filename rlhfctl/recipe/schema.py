@@ -73,7 +73,9 @@ class FsdpConfig:
     """FSDP2 options of a role whose strategy is fsdp2."""
 
     reshard_after_forward: bool = _field(True, "free the gathered weights after each forward (less memory; backward gathers them again)")
-    cpu_offload: bool = _field(False, "keep parameter, gradient and optimizer shards in CPU memory (CPUOffloadPolicy); needs strategy fsdp2")
+    cpu_offload: bool = _field(False, "the slow choice: keep parameter, gradient and optimizer shards in CPU memory for the whole run and step AdamW on the host every update (CPUOffloadPolicy); needs strategy fsdp2")
+    param_offload: bool = _field(False, "between phases, move this role's parameter shards to host memory while other roles' calls run; they come back for its own calls (verl's param_offload)")
+    optimizer_offload: bool = _field(False, "between updates, move this role's AdamW state to host memory; it comes back for the update and AdamW steps on the device (verl's optimizer_offload)")
 
 
 _STRATEGY_DOC = "fsdp2 shards weights, gradients and optimizer state over the ranks; ddp keeps a full replica per rank (null: fsdp2 with more than one rank, else ddp)"
@@ -222,6 +224,7 @@ class VllmRolloutConfig:
     gpu_memory_utilization: float = _field(0.5, "GPU: share of the GPU's memory the engine may take for its weights and KV cache while awake", min_exclusive=0, max=1)
     enable_sleep_mode: bool = _field(True, "GPU: free the engine's weights and KV cache while the actor trains, and wake it for the weight sync and the next rollout")
     cpu_kv_cache_gib: float = _field(0.5, "CPU: KV-cache space of the engine in GiB (vLLM's own default would take most of the RAM)", min_exclusive=0)
+    tensor_parallel_size: int = _field(1, "ranks one engine spans (vLLM tensor parallel): colocated, t consecutive ranks of the actor's pool on one node; placement separate, engines of t rollout ranks each; must divide the ranks per node, the attention and KV heads", min=1)
     sync_bucket_mib: float = _field(256, "weights gathered from the shards per bucket of the in-memory sync after each update (bounds its peak memory)", min_exclusive=0)
     enforce_eager: Optional[bool] = _field(None, "run the engine eagerly (false: let vLLM compile the model and, on GPU, capture CUDA graphs; slower start; null: auto, false on CUDA and true on the CPU)")
     log_level: str = _field("ERROR", "vLLM's own log level (VLLM_LOGGING_LEVEL, when that is not set already)", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
