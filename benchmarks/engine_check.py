@@ -1,10 +1,15 @@
 """The training engine part of the GPU check: one actor on the Qwen2.5-0.5B shape, phase by phase.
 
-FSDP2 at world 1, bf16 compute over float32 master weights, ``ray.backend: local`` (no Ray, no vLLM). Each
-phase (rollout, log-prob pass, update) runs once with CUDA's peak-memory counter reset before it, so its
-``max_memory_allocated`` can be set beside the memory plan's prediction for the same phase. Then a sharded
-save, one more update, and a reload: the next-step log-probs must come back bit-equal. With ``lora`` the
-same shape trains a LoRA adapter instead.
+FSDP2 at world 1, bf16 compute over float32 master weights, ``ray.backend: local`` (no Ray, no vLLM). One
+untimed round (rollout, log-prob pass, update) runs first: AdamW creates its moments at its first
+``step()``, while the memory plan counts them resident from the start, and the first calls pay one-off
+costs (kernels, allocator growth). Then each phase runs once more with CUDA's peak-memory counter reset
+before it, so its peak can be set beside the memory plan's prediction for the same phase. The update reads
+its peak where it is taken: the actor reports ``memory/actor/max_allocated_gib`` from inside
+``update_actor`` and resets CUDA's counter there, so the counter read after the call would miss the update's
+own peak. Then a sharded save, one more update and a reload, blocking and then asynchronous: the
+next-step log-probs must come back bit-equal both times. With ``lora`` the same shape trains a LoRA adapter
+instead.
 
 ``device="cpu"`` (with a small ``model_config``) runs the same path without the CUDA figures: that is how
 ``tests/benchmarks/test_gpu_check.py`` keeps this script working on machines with no GPU.
@@ -12,10 +17,12 @@ same shape trains a LoRA adapter instead.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -66,8 +73,14 @@ class PhaseMeter:
         yield
         if self.device == "cuda":
             torch.cuda.synchronize()
-            self.peak_bytes[name] = torch.cuda.max_memory_allocated()
+            self.peak_bytes[name] = max(self.peak_bytes.get(name, 0), torch.cuda.max_memory_allocated())
         self.seconds[name] = time.perf_counter() - start
+
+    def reported_peak(self, name: str, metrics: dict[str, float], key: str) -> None:
+        """Take a peak a call reported of itself (``key`` in GiB) when it is above what the counter shows
+        after the call: a call that resets CUDA's counter inside hides its own peak from the counter."""
+        if self.device == "cuda" and key in metrics:
+            self.peak_bytes[name] = max(self.peak_bytes.get(name, 0), int(metrics[key] * GIB))
 
 
 def _planned_phases(recipe: dict, on_cuda: bool) -> tuple[Any, dict[str, int]]:
@@ -97,28 +110,44 @@ def _with_advantages(rollout: Any, old: Any, seed: int) -> Any:
     return rollout.union(old).union(DataProto.from_dict({"advantages": advantages}))
 
 
-def _save_reload_is_bit_equal(group: Any, batch: Any, directory: str) -> bool:
-    """Save the shards, take one more step, reload: the next step's log-probs must be the saved ones, bit for bit."""
-    group.save_checkpoint(directory)  # blocking: the write is complete when it returns
+def _save_reload_is_bit_equal(group: Any, batch: Any, directory: str, blocking: bool = True) -> bool:
+    """Save the shards, take one more step, reload: the next step's log-probs must be the saved ones, bit for bit.
+
+    With ``blocking=False`` the save returns once the state is staged in host memory; the update runs while
+    the write goes on in the background, and ``finish_checkpoint`` waits for it before the reload."""
     saved = group.compute_log_prob(batch).batch["old_log_probs"]
+    group.save_checkpoint(directory, blocking=blocking)
     group.update_actor(batch)
+    if not blocking:
+        group.finish_checkpoint()
     group.load_checkpoint(directory)
     return bool(torch.equal(group.compute_log_prob(batch).batch["old_log_probs"], saved))
 
 
-def _run_phases(group: Any, meter: PhaseMeter, prompts: int) -> tuple[Any, dict[str, float], bool]:
-    """Rollout, log-prob pass and update, each measured; returns the update batch, its metrics, and whether
-    the trainable weights moved."""
-    batch = _prompt_batch(prompts, 0)
-    before = group.state_fingerprint()[0]
-    with meter.phase("rollout"):
-        rollout = group.generate_sequences(batch)
-    with meter.phase("log_prob"):
+def _round(group: Any, meter: PhaseMeter | None, prompts: int, seed: int) -> tuple[Any, dict[str, float]]:
+    """Rollout, log-prob pass and update (each measured when a meter is given); the update batch and metrics."""
+    measure = meter.phase if meter is not None else (lambda name: contextlib.nullcontext())
+    with measure("rollout"):
+        rollout = group.generate_sequences(_prompt_batch(prompts, seed))
+    with measure("log_prob"):
         old = group.compute_log_prob(rollout)
-    update = _with_advantages(rollout, old, 1)
-    with meter.phase("update"):
+    update = _with_advantages(rollout, old, seed + 1)
+    with measure("update"):
         metrics = group.update_actor(update)[0]
-    return update, metrics, group.state_fingerprint()[0] != before
+    if meter is not None:
+        meter.reported_peak("update", metrics, "memory/actor/max_allocated_gib")
+    return update, metrics
+
+
+def _run_phases(group: Any, meter: PhaseMeter, prompts: int) -> tuple[Any, dict[str, float], bool, bool]:
+    """One untimed round (AdamW's state appears at its first step, kernels load), then the measured round;
+    returns the measured update batch, its metrics, whether the trainable weights moved in it, and whether
+    AdamW's state was resident when it began (as the plan counts it)."""
+    _round(group, None, prompts, seed=10)
+    resident = bool(group.workers[0].optimizer.state)
+    before = group.state_fingerprint()[0]
+    update, metrics = _round(group, meter, prompts, seed=0)
+    return update, metrics, group.state_fingerprint()[0] != before, resident
 
 
 def engine_check(prompts: int, samples: int, response: int, model_config: dict | None = None,
@@ -141,10 +170,11 @@ def engine_check(prompts: int, samples: int, response: int, model_config: dict |
         group.init_model()
         worker = group.workers[0]
         count = sum(p.numel() for p in worker.module.parameters())
-        update, metrics, moved = _run_phases(group, meter, prompts)
+        update, metrics, moved, adam_resident = _run_phases(group, meter, prompts)
         dtypes = sorted({str(p.dtype) for p in worker.module.parameters() if p.requires_grad})
         with tempfile.TemporaryDirectory() as directory:
-            bit_equal = _save_reload_is_bit_equal(group, update, directory)
+            bit_equal = _save_reload_is_bit_equal(group, update, str(Path(directory) / "blocking"))
+            async_bit_equal = _save_reload_is_bit_equal(group, update, str(Path(directory) / "async"), blocking=False)
     finally:
         group.shutdown()
     tokens = int(update.batch["response_mask"].sum())
@@ -158,6 +188,7 @@ def engine_check(prompts: int, samples: int, response: int, model_config: dict |
         "bf16_matmul_peak_tflops": peak_flops / 1e12,
         "mfu_generate": mfu["mfu/generate"], "mfu_update": mfu["mfu/update"],
         "grad_norm": metrics["actor/grad_norm"], "masters_moved": moved, "reload_bit_equal": bit_equal,
+        "async_reload_bit_equal": async_bit_equal, "adam_state_resident_when_measured": adam_resident,
         "predicted_state_gib": count * (4 + 4 + 8 + 2) / GIB if not lora else None,
         "plan_state_gib": planned.state_bytes / GIB,
         **{f"plan_{phase}_gib": planned_phases[phase] / GIB for phase in PHASES if phase in planned_phases},

@@ -47,6 +47,9 @@ def test_the_engine_check_trains_saves_and_reloads_on_cpu(gpu_check, own_process
     assert 0 < results["engine_rollout_tokens"] <= 2 * 2 * 8
     assert results["engine_grad_norm"] > 0
     assert results["engine_reload_bit_equal"] is True  # save, one more update, reload: the same log-probs
+    assert results["engine_async_reload_bit_equal"] is True  # the same with the write in the background
+    # The measured round follows an untimed one, so AdamW's moments exist as the plan counts them.
+    assert results["engine_adam_state_resident_when_measured"] is True
     # The check's own count is float32 weights, gradients and AdamW state (16 bytes a parameter) plus the
     # bf16 copy sampling gathers (2); the plan's state is the first part of it, to the byte.
     assert results["engine_plan_state_gib"] == pytest.approx(results["engine_predicted_state_gib"] * 16 / 18, rel=1e-9)
@@ -61,6 +64,22 @@ def test_the_lora_check_moves_only_the_adapter_and_reloads_bit_equal(gpu_check, 
                                      lora={"r": 4, "alpha": 8}, prefix="lora")
     assert results["lora_masters_moved"] is True and results["lora_reload_bit_equal"] is True
     assert results["lora_plan_state_gib"] < 0.5 * results["lora_plan_update_gib"]
+
+
+def test_the_update_peak_is_read_where_the_actor_took_it(gpu_check):
+    """update_actor resets CUDA's peak counter when it reports memory/actor/max_allocated_gib, so the counter
+    read after the call sees only what followed; the meter keeps the larger of the two."""
+    from engine_check import GIB, PhaseMeter
+
+    meter = PhaseMeter("cuda")
+    meter.peak_bytes["update"] = 1 * GIB  # what the counter showed after the call
+    meter.reported_peak("update", {"memory/actor/max_allocated_gib": 3.5}, "memory/actor/max_allocated_gib")
+    assert meter.peak_bytes["update"] == int(3.5 * GIB)
+    meter.reported_peak("update", {"memory/actor/max_allocated_gib": 0.5}, "memory/actor/max_allocated_gib")
+    assert meter.peak_bytes["update"] == int(3.5 * GIB)  # a smaller report never lowers it
+    cpu = PhaseMeter("cpu")
+    cpu.reported_peak("update", {"memory/actor/max_allocated_gib": 3.5}, "memory/actor/max_allocated_gib")
+    assert cpu.peak_bytes == {}  # CUDA figures only
 
 
 def test_the_memory_check_flags_a_phase_more_than_10_percent_off_the_plan(gpu_check):
