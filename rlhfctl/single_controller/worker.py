@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhfctl.single_controller.decorator import Dispatch, Execute, register
+from rlhfctl.single_controller.gloo_interface import pin_gloo_interface
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,9 @@ class Worker:
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         info = self._rank_info
+        # Before any group exists: every gloo group this process makes (the default one on CPU, side groups
+        # for async checkpoints and vLLM's world) binds where the other nodes can reach it.
+        pin_gloo_interface(node_ip_address(), info.master_addr)
         if backend == "nccl":
             torch.cuda.set_device(torch.device("cuda", 0 if torch.cuda.device_count() == 1 else info.local_rank))
         dist.init_process_group(
