@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,7 @@ from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home 
 from rlhfctl.single_controller import register_dispatch_mode
 from rlhfctl.single_controller.worker import free_port
 from workers.recipe import section
+from workers.sharded_load import NotShardable, ShardedLoad, checkpoint_directory, parameters_on_meta
 
 __all__ = [
     "FSDP_DEFAULTS",
@@ -220,23 +222,42 @@ def materialize(
     """Build, cast and place a role's model; returns ``(module, model)`` (see :func:`shard_model`).
 
     ``build(model_cfg)`` loads the weights (and applies LoRA, activation checkpointing). Only parameters
-    are cast to the storage dtype: floating buffers (rotary ``inv_freq``) stay float32, as
-    ``from_pretrained`` keeps them. Under FSDP2 at world > 1 only rank 0 builds real weights; the other
-    ranks build on the meta device and receive their shards by broadcast, so no rank but one ever holds
-    the whole model during load.
+    are cast: trainable ones to the storage dtype, frozen ones (a LoRA base) to the compute dtype; floating
+    buffers (rotary ``inv_freq``) stay float32, as ``from_pretrained`` keeps them. Under FSDP2 at world > 1,
+    a ``model.path`` with safetensors files loads sharded (``workers/sharded_load.py``): every rank builds
+    on meta and reads only its own rows. An inline ``model.config`` (or a checkpoint that cannot be read so)
+    is built by rank 0 alone and broadcast shard by shard; the other ranks build on the meta device.
     """
+    frozen = settings.compute_dtype  # only trainable parameters keep float32 masters
     if settings.strategy != "fsdp2" or _world() == 1:
-        module = cast_parameters(build(model_cfg), settings.storage_dtype)
+        module = cast_parameters(build(model_cfg), settings.storage_dtype, frozen)
         return module, shard_model(module, settings, device)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
+    directory = checkpoint_directory(model_cfg)
+    if directory is not None:
+        seed = [torch.initial_seed()]  # rank 0's: fresh tensors (a LoRA adapter, a new head) alike on every rank
+        dist.broadcast_object_list(seed, src=0)
+        with parameters_on_meta():
+            full = cast_parameters(build(_meta_model_cfg(model_cfg)), settings.storage_dtype, frozen)
+        try:
+            loading = ShardedLoad.prepare(full, directory, decoder_layers(full), int(seed[0]))
+        except NotShardable as why:
+            warnings.warn(f"model.path {model_cfg['path']!r}: {why}; rank 0 loads it whole and broadcasts", stacklevel=2)
+        else:
+            _fully_shard(full, settings, device)
+            full.to_empty(device=torch.device("cpu") if settings.cpu_offload else device)
+            full.load_report = loading.fill(full, _rank(), _world())
+            if settings.cpu_offload:
+                _offload_parameters(full, device)
+            return full, full
     if _rank() == 0:
-        full = cast_parameters(build(model_cfg), settings.storage_dtype)
+        full = cast_parameters(build(model_cfg), settings.storage_dtype, frozen)
         state = full.state_dict()
         buffers = {name: buffer for name, buffer in full.named_buffers()}
     else:
         with torch.device("meta"):
-            full = cast_parameters(build(_meta_model_cfg(model_cfg)), settings.storage_dtype)
+            full = cast_parameters(build(_meta_model_cfg(model_cfg)), settings.storage_dtype, frozen)
         state, buffers = {}, {}
     names = [name for name, _ in full.named_buffers()]
     _fully_shard(full, settings, device)

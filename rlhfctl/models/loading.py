@@ -183,18 +183,22 @@ def _random_weights(make: Callable[..., nn.Module], config: PretrainedConfig, kw
     return model
 
 
-def cast_parameters(module: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """Cast ``module``'s floating parameters to ``dtype`` in place, keeping its buffers as they are.
+def cast_parameters(module: nn.Module, dtype: torch.dtype, frozen_dtype: torch.dtype | None = None) -> nn.Module:
+    """Cast ``module``'s floating parameters to ``dtype`` in place, keeping its buffers as they are;
+    with ``frozen_dtype``, parameters that do not train (``requires_grad`` False) take that dtype instead.
 
-    ``module.to(dtype)`` would also cast floating buffers, such as the rotary embedding's ``inv_freq``:
-    bf16 rounding of it turns into angle errors that grow with the position (about 0.6 rad at position
-    500 for rope_theta 1e6, head_dim 128). ``from_pretrained(dtype=...)`` keeps those buffers float32,
-    and so does this. Tied parameters stay tied: each Parameter object keeps its identity.
+    ``frozen_dtype`` is how a LoRA actor keeps float32 masters for its adapter only: its frozen base
+    stays in the compute dtype, as the memory plan counts it. ``module.to(dtype)`` would also cast
+    floating buffers, such as the rotary embedding's ``inv_freq``: bf16 rounding of it turns into angle
+    errors that grow with the position (about 0.6 rad at position 500 for rope_theta 1e6, head_dim 128).
+    ``from_pretrained(dtype=...)`` keeps those buffers float32, and so does this. Tied parameters stay
+    tied: each Parameter object keeps its identity.
     """
     with torch.no_grad():
         for parameter in module.parameters():
-            if parameter.is_floating_point() and parameter.dtype != dtype:
-                parameter.data = parameter.data.to(dtype)
+            target = dtype if frozen_dtype is None or parameter.requires_grad else frozen_dtype
+            if parameter.is_floating_point() and parameter.dtype != target:
+                parameter.data = parameter.data.to(target)
     return module
 
 
