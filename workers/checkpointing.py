@@ -42,7 +42,9 @@ import torch.distributed as dist
 from safetensors.torch import load_model, save_file
 from torch import nn
 
-from workers.engine import full_state_dict
+from workers.engine import full_state_dict, full_tensor
+from workers.hf_export import (MAX_SHARD_BYTES, export_plan, lora_merged, renames_on_save, write_hf_config,
+                               write_hf_weights)
 from workers.lora import is_lora, load_adapter
 from workers.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
 
@@ -96,45 +98,56 @@ def _sharded_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[
     return {"model": model_state, "optim": optim_state}
 
 
-def _merge_lora(state: dict[str, torch.Tensor], config: Any, adapter: str = "default") -> dict[str, torch.Tensor]:
-    """A plain model's state from a peft model's full state: ``W + scale * B @ A``, peft names removed."""
-    scale = float(config.lora_alpha) / (float(config.r) ** 0.5 if getattr(config, "use_rslora", False) else float(config.r))
-    merged = {}
-    for name, tensor in state.items():
-        if ".lora_" in name:
-            continue
-        plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-        if name.endswith(".base_layer.weight"):
-            prefix = name.removesuffix(".base_layer.weight")
-            delta = state[f"{prefix}.lora_B.{adapter}.weight"].float() @ state[f"{prefix}.lora_A.{adapter}.weight"].float()
-            if getattr(config, "fan_in_fan_out", False):
-                delta = delta.T
-            tensor = (tensor.float() + scale * delta).to(tensor.dtype)
-        merged[plain] = tensor
-    return merged
+def save_hf_directory(module: nn.Module, tokenizer: Any, target: Path, dtype: torch.dtype | None = None,
+                      max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
+    """Write ``module`` (LoRA merged) as a Hugging Face directory; collective, rank 0 writes.
+
+    Streamed (``workers/hf_export.py``): one tensor gathered at a time, files of at most ``max_shard_bytes``
+    with their index, so no rank holds the whole model. A model that transformers renames on save (its
+    weight conversions) goes through ``save_pretrained`` on the state gathered on rank 0 instead.
+    """
+    if _rank() == 0:
+        target.mkdir(parents=True, exist_ok=True)
+    if renames_on_save(module):
+        _save_hf_whole(module, tokenizer, target, dtype)
+        return target
+    write_hf_weights(module, target, dtype, max_shard_bytes)
+    if _rank() == 0:
+        write_hf_config(module, target, dtype)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(target))
+    return target
 
 
-def save_hf_directory(module: nn.Module, tokenizer: Any, target: Path, dtype: torch.dtype | None = None) -> Path:
-    """Write ``module`` (gathered if sharded, LoRA merged) as a Hugging Face directory; collective, rank 0 writes."""
+def _save_hf_whole(module: nn.Module, tokenizer: Any, target: Path, dtype: torch.dtype | None) -> None:
+    """``save_pretrained`` of the whole state gathered on rank 0 (LoRA merged): for models it renames on save."""
     from rlhfctl.models.loading import save_hf_model
 
     state = full_state_dict(module, dtype)
-    if _rank() == 0:
-        owner = module
-        if is_lora(module):
-            config = module.peft_config[module.active_adapter]
-            state = _merge_lora(state, config, module.active_adapter)
-            owner = module.get_base_model()
-        save_hf_model(owner, tokenizer, target, state_dict=state)
-    return target
+    if _rank() != 0:
+        return
+    owner = module
+    if is_lora(module):
+        config = module.peft_config[module.active_adapter]
+        weights, _ = export_plan(module, dtype)
+        state = {entry.name: lora_merged(state[entry.source], state[entry.lora[0]], state[entry.lora[1]], config)
+                 if entry.lora else state[entry.source] for entry in weights}
+        owner = module.get_base_model()
+    save_hf_model(owner, tokenizer, target, state_dict=state)
 
 
 def _save_adapter(module: nn.Module, target: Path) -> None:
     """The LoRA adapter from the gathered state (peft's own save cannot read sharded tensors)."""
     from peft import get_peft_model_state_dict
 
-    state = full_state_dict(module)
-    if _rank() == 0:
+    keep = _rank() == 0  # the adapter's tensors only, gathered one at a time: never the base model
+    state = {}
+    for name, tensor in module.state_dict().items():
+        if ".lora_" in name:
+            value = full_tensor(tensor).detach()
+            if keep:
+                state[name] = value.cpu()
+    if keep:
         target.mkdir(parents=True, exist_ok=True)
         adapter = get_peft_model_state_dict(module, state_dict=state, adapter_name=module.active_adapter)
         save_file({key: value.contiguous() for key, value in adapter.items()}, str(target / "adapter_model.safetensors"))
