@@ -49,7 +49,9 @@ def validate(
     model paths are local, cached or on a reachable hub.
     Shows the memory plan: each role's state per rank, then each pool's bytes per process during every
     call of the step (rollout, log-prob passes, updates) and the peak call, against --device-memory (a
-    bare number is GiB); a call that does not fit is a warning naming the knobs that help.
+    bare number is GiB; else CUDA's, when visible). A call above the device, or a vLLM engine whose weights
+    shard and one sequence's KV cache exceed its share, is an error (exit 2) naming the knobs that would
+    make it fit, with values; a call above 90% of the device is a warning.
     With the actor's tokenizer on disk (roles.actor.model.path or tokenizer_path) and data.train_files,
     shows the first prompt as the model sees it (after the chat template), its token count and the
     decode(encode(text)) round trip; a tokenizer that drops or merges characters, or that loads as
@@ -260,6 +262,21 @@ def render_memory(console: Console, plan: MemoryPlan | None) -> None:
     _render_state(console, plan)
     for pool in plan.phases:
         _render_phases(console, plan, pool)
+        _render_engine(console, plan, pool)
+
+
+def _render_engine(console: Console, plan: MemoryPlan, pool: str) -> None:
+    """The pool's vLLM engine per rank: its weights shard and one sequence's KV cache against its share of the device."""
+    engine = plan.engines.get(pool)
+    if engine is None:
+        return
+    verdict = "fits" if engine.fits else "does not fit"
+    print_line(console, (f"pool {pool}: vLLM engine at tensor_parallel_size {engine.tensor_parallel_size}: weights "
+                         f"{format_bytes(engine.weights)} + one sequence's KV cache {format_bytes(engine.kv_cache)} = "
+                         f"{format_bytes(engine.needed)} per rank {verdict} its share {format_bytes(engine.budget)} "
+                         f"(gpu_memory_utilization {engine.share:g}); the rest of the share is KV cache"),
+               "bold" if engine.fits else "bold red")
+    print_line(console, f"  = {engine.formula}", "dim")
 
 
 def _render_state(console: Console, plan: MemoryPlan) -> None:
@@ -279,8 +296,16 @@ def _render_state(console: Console, plan: MemoryPlan) -> None:
             precision = "fp32 master" if role.trainable else f"{role.param_dtype} frozen"
             table.add_row(role.role, _ranks_cell(role.world_size, ranks), role.strategy, trained, precision,
                           format_bytes(params), format_bytes(grads), format_bytes(optimizer), format_bytes(kv),
-                          "cpu" if role.ranks[0].offloaded else "-")
+                          _offload_cell(role))
     console.print(table)
+
+
+def _offload_cell(role: Any) -> str:
+    """``cpu`` (cpu_offload: always on the host), or what waits on the host between calls (param/optimizer_offload)."""
+    if role.ranks[0].offloaded:
+        return "cpu"
+    parts = [name for name, on in (("params", role.param_offload), ("optim", role.optimizer_offload)) if on]
+    return "+".join(parts) if parts else "-"
 
 
 def _render_phases(console: Console, plan: MemoryPlan, pool: str) -> None:
@@ -297,24 +322,35 @@ def _render_phases(console: Console, plan: MemoryPlan, pool: str) -> None:
         role, method = phase.call.split(".", 1)
         table.add_column(f"{phase.group}\n{role}.\n{method}", justify="right")
     names = list(dict.fromkeys(name for phase in phases for name in terms[phase.call]))
+    hosted = {(phase.call, term.name) for phase in phases for term in phase.terms if term.kind == "state" and not term.bytes}
     for name in names:
         cells = [terms[phase.call].get(name, "") for phase in phases]
-        table.add_row(name, *("" if cell == "" else ("? (needs --device-memory)" if cell is None else format_bytes(cell))
-                              for cell in cells))
+        table.add_row(name, *("" if cell == "" else ("? (needs --device-memory)" if cell is None else
+                                                     "host" if (phase.call, name) in hosted else format_bytes(cell))
+                              for phase, cell in zip(phases, cells)))
     device = plan.device_memory
-    table.add_row(Text("total", style="bold"), *(Text(format_bytes(phase.total), style="bold red" if device and phase.total > device else "bold")
+    table.add_row(Text("total", style="bold"), *(Text(format_bytes(phase.total), style=_share_style(phase.total, device))
                                                   for phase in phases))
     if device:
         table.add_row("of the device", *(f"{100 * phase.total / device:.1f}%" for phase in phases))
     console.print(table)
     share = f" of {format_bytes(device)} ({100 * peak.total / device:.1f}%, from {plan.device_source})" if device else ""
-    style = "bold red" if device and peak.total > device else "bold"
+    style = _share_style(peak.total, device)
     print_line(console, f"pool {pool}: peak {peak.group} ({peak.call}), {format_bytes(peak.total)} per process on rank {peak.rank}{share}", style)
     for term in peak.terms:
         print_line(console, f"  {term.name}: {format_bytes(term.bytes) if term.bytes is not None else '?'} = {term.formula}", "dim")
     unknown = list(dict.fromkeys(name for phase in phases for name in phase.unknown))
     if unknown:
         print_line(console, f"pool {pool}: {', '.join(unknown)} not counted: give --device-memory (a bare number is GiB)", "yellow")
+
+
+def _share_style(total: int, device: int | None) -> str:
+    """Red above the device (an error), yellow above 90% of it (a warning)."""
+    from rlhfctl.recipe.memory_plan import TIGHT_SHARE
+
+    if not device or total <= TIGHT_SHARE * device:
+        return "bold"
+    return "bold red" if total > device else "bold yellow"
 
 
 def render_data(console: Console, summaries: list[DataFileSummary]) -> None:

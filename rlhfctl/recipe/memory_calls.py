@@ -30,11 +30,13 @@ __all__ = [
     "SYNC",
     "UPDATE",
     "VLLM_ASLEEP_BYTES",
+    "EngineFit",
     "ModelShape",
     "Phase",
     "PlannedRole",
     "RoleSpec",
     "Term",
+    "engine_fit",
     "generating_role",
     "generation_rows",
     "model_shape",
@@ -73,6 +75,7 @@ class Term:
     kind: str  # state | gradients | unshard | kv_cache | activations | logits | engine | residue | sync | context
     bytes: int | None
     formula: str
+    scales_with: str = ""  # "key=value": the setting this term grows with linearly (a micro-batch), where one does
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,14 @@ class ModelShape:
     root_trainable: int
     compute_bytes: int
     largest_tensor: int = 0  # elements of the largest parameter (a weight-sync bucket holds whole tensors)
+    attention_heads: int = 1
+    kv_heads: int = 1
+    head_dim: int = 0
+    experts: str = ""  # a MoE model: "E experts, k active x I" (``intermediate`` is then the active experts' width)
+
+    def kv_heads_per_rank(self, tensor_parallel: int) -> int:
+        """KV heads one tensor-parallel rank holds: ``kv_heads / t``, at least 1 (vLLM replicates a head past that)."""
+        return max(1, math.ceil(self.kv_heads / tensor_parallel))
 
     def kv_cache_bytes(self, rows: int, length: int) -> int:
         """Rows x length x layers x KV width x 2 (keys and values) x compute bytes."""
@@ -162,14 +173,32 @@ def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> Mod
     layers = decoder_layers(model)
     in_layers = {id(p) for layer in layers for p in layer.parameters()}
     root = [p for p in model.parameters() if id(p) not in in_layers]
+    intermediate, experts = _active_intermediate(config)
     return ModelShape(
-        model_type=str(getattr(config, "model_type", "")), hidden=int(config.hidden_size), intermediate=int(getattr(config, "intermediate_size", 4 * config.hidden_size)),
+        model_type=str(getattr(config, "model_type", "")), hidden=int(config.hidden_size), intermediate=intermediate,
         layers=int(config.num_hidden_layers), kv_dim=kv_heads * head_dim, vocab=int(config.vocab_size), causal=causal,
         parameters=sum(p.numel() for p in model.parameters()),
         layer_params=max((sum(p.numel() for p in layer.parameters()) for layer in layers), default=0),
         root_params=sum(p.numel() for p in root), root_trainable=sum(p.numel() for p in root if p.requires_grad),
         compute_bytes=compute_bytes, largest_tensor=max((p.numel() for p in model.parameters()), default=0),
+        attention_heads=heads, kv_heads=kv_heads, head_dim=head_dim, experts=experts,
     )
+
+
+def _active_intermediate(config: Any) -> tuple[int, str]:
+    """The MLP width a token's activations go through, and a MoE note: a dense model's ``intermediate_size``; a MoE
+    model's active experts (``num_experts_per_tok`` x the expert's width, ``moe_intermediate_size`` where the config
+    has one (qwen2_moe, qwen3_moe), else ``intermediate_size`` (mixtral)) plus a shared expert's width. Every expert's
+    parameters are resident all the same: the parameter count comes from the built model."""
+    dense = int(getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size))
+    active = getattr(config, "num_experts_per_tok", None)
+    experts = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+    if not active or not experts:
+        return dense, ""
+    width = int(getattr(config, "moe_intermediate_size", None) or dense)
+    shared = int(getattr(config, "shared_expert_intermediate_size", None) or 0)
+    note = f"{int(experts)} experts, {int(active)} active x {width}" + (f" + shared {shared}" if shared else "")
+    return int(active) * width + shared, note
 
 
 # ------------------------------------------------------------------ the recipe's sizes, schema defaults filled in
@@ -234,21 +263,37 @@ def _gib(count: int | None) -> str:
     return "?" if count is None else f"{count / GIB:.2f} GiB"
 
 
-def _state_terms(planned: PlannedRole, rank: int) -> list[Term]:
-    """What a role keeps between calls: its (master) weights and optimizer moments, unless offloaded."""
+def _state_terms(planned: PlannedRole, rank: int, call: str, group: str) -> list[Term]:
+    """What a role keeps during ``call``: its (master) weights and optimizer moments, on the device unless offloaded
+    (``cpu_offload``: always; ``param_offload``: outside the role's own calls; ``optimizer_offload``: outside its update)."""
     memory, state = planned.memory, planned.memory.ranks[rank]
     if not state.state_bytes and not state.offloaded:
         return []  # nothing between calls: the rollout group's vLLM engine holds its weights
     if state.offloaded:
         return [Term(f"{memory.role} state (offloaded)", memory.role, "state", 0,
                      f"fsdp.cpu_offload: {_gib(state.param_bytes + state.optimizer_bytes)} in host memory")]
+    own = call.split(".", 1)[0] == memory.role
     where = f"/ {memory.world_size} ranks ({memory.strategy})" if memory.strategy == "fsdp2" and memory.world_size > 1 else "(replica)"
-    terms = [Term(f"{memory.role} weights", memory.role, "state", state.param_bytes,
-                  f"{_count(memory.parameters)} params x {'4 B fp32 master' if memory.trainable else f'{planned.shape.compute_bytes} B'} {where}")]
+    params = f"{_count(memory.parameters)} params x {'4 B fp32 master' if memory.trainable_parameters == memory.parameters else _param_bytes(memory, planned.shape)} {where}"
+    if memory.param_offload and not own:
+        params = f"fsdp.param_offload: {_gib(state.param_bytes)} ({params}) in host memory outside {memory.role}'s calls"
+    terms = [Term(f"{memory.role} weights", memory.role, "state", state.param_bytes if own or not memory.param_offload else 0, params)]
     if state.optimizer_bytes:
-        terms.append(Term(f"{memory.role} optimizer", memory.role, "state", state.optimizer_bytes,
-                          f"{_count(memory.trainable_parameters)} trained x 2 AdamW moments x 4 B {where}"))
+        moments = f"{_count(memory.trainable_parameters)} trained x 2 AdamW moments x 4 B {where}"
+        on_device = not memory.optimizer_offload or (own and group == UPDATE)
+        if not on_device:
+            moments = f"fsdp.optimizer_offload: {_gib(state.optimizer_bytes)} ({moments}) in host memory outside the update"
+        terms.append(Term(f"{memory.role} optimizer", memory.role, "state", state.optimizer_bytes if on_device else 0, moments))
     return terms
+
+
+def _param_bytes(memory: "RoleMemory", shape: ModelShape) -> str:
+    """Bytes per parameter of a role's weights: compute dtype frozen; a LoRA actor's frozen base in compute dtype and
+    its adapter as float32 masters."""
+    if not memory.trainable_parameters:
+        return f"{shape.compute_bytes} B"
+    frozen = memory.parameters - memory.trainable_parameters
+    return f"({_count(frozen)} frozen x {shape.compute_bytes} B + {_count(memory.trainable_parameters)} adapter x 4 B fp32)"
 
 
 def _gathered_weights(planned: PlannedRole) -> list[Term]:
@@ -263,6 +308,18 @@ def _gathered_weights(planned: PlannedRole) -> list[Term]:
     return []
 
 
+def _scoring_weights(planned: PlannedRole) -> list[Term]:
+    """A no-grad pass's weights (fsdp2): FSDP2's per-unit unshard, the root unit (embeddings, head, final norm) and two
+    decoder layers (the one running and the one prefetched) at a time, as the update counts them; ddp as gathered."""
+    memory, shape = planned.memory, planned.shape
+    if memory.strategy != "fsdp2":
+        return _gathered_weights(planned)
+    size = (shape.root_params + 2 * shape.layer_params) * shape.compute_bytes
+    return [Term(f"{memory.role} gathered units", memory.role, "unshard", size,
+                 f"(root {_count(shape.root_params)} + 2 layers x {_count(shape.layer_params)}) x {shape.compute_bytes} B: "
+                 "FSDP2 unshards one unit at a time")]
+
+
 def _logit_chunk(shape: ModelShape) -> int | None:
     """Tokens a log-prob pass scores at once: the pass's own chunk where the model's head scores in chunks, else None."""
     from workers.forward import SCORED_HEAD_FAMILIES
@@ -271,7 +328,7 @@ def _logit_chunk(shape: ModelShape) -> int | None:
     return int(LOGITS_CHUNK_TOKENS) if LOGITS_CHUNK_TOKENS and shape.model_type in SCORED_HEAD_FAMILIES else None
 
 
-def _logits(role: str, shape: ModelShape, tokens: int) -> Term:
+def _logits(role: str, shape: ModelShape, tokens: int, knob: str = "") -> Term:
     """A pass's logits of ``tokens`` response positions: compute-dtype output plus float32 copies, one chunk at a time
     where the pass is chunked (with gradients, each chunk is recomputed in backward, so one chunk's exist at once)."""
     chunk = _logit_chunk(shape)
@@ -279,22 +336,30 @@ def _logits(role: str, shape: ModelShape, tokens: int) -> Term:
     size = held * shape.vocab * (shape.compute_bytes + _FP32 * LOGIT_FP32_COPIES)
     how = f"one chunk of {held} of {tokens} tokens" if chunk is not None else f"{tokens} tokens (unchunked)"
     return Term(f"{role} logits", role, "logits", size,
-                f"{how} x vocab {shape.vocab} x ({shape.compute_bytes} B + {LOGIT_FP32_COPIES} fp32 copies x 4 B)")
+                f"{how} x vocab {shape.vocab} x ({shape.compute_bytes} B + {LOGIT_FP32_COPIES} fp32 copies x 4 B)",
+                knob if chunk is None or tokens < chunk else "")
 
 
-def _pass_terms(planned: PlannedRole, rows: int, length: int, response: int) -> list[Term]:
-    """A no-grad pass over ``rows`` rows of ``length`` tokens: gathered weights, one layer's activations, logits."""
+def _pass_terms(planned: PlannedRole, rows: int, length: int, response: int, knob: str = "") -> list[Term]:
+    """A no-grad pass over ``rows`` rows of ``length`` tokens: the units gathered, one layer's activations, logits.
+    ``knob`` is the ``key=value`` that sets ``rows`` (a micro-batch), if any."""
     role, shape = planned.memory.role, planned.shape
     tokens = rows * length
-    terms = _gathered_weights(planned) + [
+    terms = _scoring_weights(planned) + [
         Term(f"{role} activations", role, "activations", tokens * shape.forward_width * shape.compute_bytes,
-             f"{rows} rows x {length} tokens x (4 x {shape.hidden} + 3 x {shape.intermediate}) x {shape.compute_bytes} B")]
+             f"{rows} rows x {length} tokens x (4 x {shape.hidden} + 3 x {shape.intermediate}{_moe(shape)}) x {shape.compute_bytes} B",
+             knob)]
     if shape.causal:
-        terms.append(_logits(role, shape, rows * (response + 1)))
+        terms.append(_logits(role, shape, rows * (response + 1), knob))
     return terms
 
 
-def _update_terms(planned: PlannedRole, rank: int, tokens: int, logit_tokens: int, checkpointing: bool) -> list[Term]:
+def _moe(shape: ModelShape) -> str:
+    return f" ({shape.experts})" if shape.experts else ""
+
+
+def _update_terms(planned: PlannedRole, rank: int, tokens: int, logit_tokens: int, checkpointing: bool,
+                  knob: str = "") -> list[Term]:
     """One micro-batch's forward and backward: gradients, FSDP2's gathered units, activations, logits."""
     memory, shape, c = planned.memory, planned.shape, planned.shape.compute_bytes
     role, state = memory.role, memory.ranks[rank]
@@ -313,9 +378,10 @@ def _update_terms(planned: PlannedRole, rank: int, tokens: int, logit_tokens: in
     saved = tokens * shape.saved_width * c * layers + (tokens * shape.hidden * c * shape.layers if checkpointing else 0)
     how = f"+ {shape.layers} layer inputs x {shape.hidden} (checkpointed)" if checkpointing else f"x {shape.layers} layers"
     terms.append(Term(f"{role} activations", role, "activations", saved,
-                      f"{tokens} tokens x (6 x {shape.hidden} + 2 x {shape.kv_dim} + 4 x {shape.intermediate}) x {c} B {how}"))
+                      f"{tokens} tokens x (6 x {shape.hidden} + 2 x {shape.kv_dim} + 4 x {shape.intermediate}{_moe(shape)}) x {c} B {how}",
+                      knob))
     if shape.causal:
-        terms.append(_logits(role, shape, logit_tokens))
+        terms.append(_logits(role, shape, logit_tokens, knob))
     return terms
 
 
@@ -341,21 +407,100 @@ def _vllm_engine(recipe: Mapping[str, Any], holder: PlannedRole, use_gpu: bool, 
     from workers.sampling.vllm_engine import engine_settings
 
     settings, role, shape = engine_settings(rollout_config(recipe)), holder.memory.role, holder.shape
+    t = int(settings["tensor_parallel_size"])
     if not use_gpu:
-        weights = shape.parameters * shape.compute_bytes
+        weights = math.ceil(served_parameters(holder) / t) * shape.compute_bytes
         kv = int(float(settings["cpu_kv_cache_gib"]) * GIB)
+        shard = f" / tensor_parallel_size {t}" if t > 1 else ""
         term = Term("vLLM engine", role, "engine", weights + kv,
-                    f"weights {_count(shape.parameters)} x {shape.compute_bytes} B + rollout.vllm.cpu_kv_cache_gib {settings['cpu_kv_cache_gib']}")
+                    f"weights {_count(served_parameters(holder))} x {shape.compute_bytes} B{shard} + rollout.vllm.cpu_kv_cache_gib {settings['cpu_kv_cache_gib']}")
         return _Engine((term,), (term,))
     share = float(settings["gpu_memory_utilization"])
     never = "; always awake (its pool trains nothing)" if role == ROLLOUT_ROLE else ""
+    shard = f" (weights / tensor_parallel_size {t})" if t > 1 else ""
     awake = Term("vLLM engine (awake)", role, "engine", None if device_memory is None else int(share * device_memory),
-                 f"rollout.vllm.gpu_memory_utilization {share:g} x device {_gib(device_memory)}: weights, KV cache, activations{never}")
+                 f"rollout.vllm.gpu_memory_utilization {share:g} x device {_gib(device_memory)}: weights{shard}, KV cache, activations{never}")
     if not settings["enable_sleep_mode"] or role == ROLLOUT_ROLE:
         return _Engine((awake,), (awake,))
     asleep = Term("vLLM engine (asleep)", role, "residue", VLLM_ASLEEP_BYTES,
                   "sleep level 2 frees weights and KV cache; CUDA graphs and NCCL buffers stay")
     return _Engine((awake,), (asleep,))
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    """Whether a vLLM engine's weights (one tensor-parallel shard) and the KV cache of one sequence fit in its share
+    of the device, with the same sum for every tensor-parallel size the pool and the model allow."""
+
+    role: str
+    tensor_parallel_size: int
+    weights: int  # bytes per rank: parameters / t in compute dtype
+    kv_cache: int  # bytes per rank: one sequence of prompt + response tokens
+    tokens: int
+    share: float  # rollout.vllm.gpu_memory_utilization
+    device: int
+    options: tuple[tuple[int, int], ...]  # (t, weights + one sequence's KV per rank) for each t allowed, ascending
+    formula: str
+
+    @property
+    def needed(self) -> int:
+        """Bytes the engine cannot start without: its weight shard and one sequence's KV cache."""
+        return self.weights + self.kv_cache
+
+    @property
+    def budget(self) -> int:
+        """The engine's share of the device: ``gpu_memory_utilization`` x the device."""
+        return int(self.share * self.device)
+
+    @property
+    def fits(self) -> bool:
+        """True when the weights and one sequence's KV cache fit in the share."""
+        return self.needed <= self.budget
+
+    def smallest_fitting(self, budget: int | None = None) -> int | None:
+        """The smallest allowed tensor-parallel size whose weights and one sequence's KV fit ``budget`` (the share)."""
+        limit = self.budget if budget is None else budget
+        return next((t for t, needed in self.options if needed <= limit), None)
+
+
+def served_parameters(holder: PlannedRole) -> int:
+    """Parameters a vLLM engine holds for the generating role: its model's, less a LoRA adapter (the engine gets the
+    adapter merged into the base weights)."""
+    memory = holder.memory
+    lora = memory.trainable and 0 < memory.trainable_parameters < memory.parameters
+    return holder.shape.parameters - (memory.trainable_parameters if lora else 0)
+
+
+def _engine_bytes(shape: ModelShape, parameters: int, t: int, tokens: int) -> tuple[int, int]:
+    """(weights, one sequence's KV cache) per rank of an engine at tensor parallel ``t``: parameters / t in compute
+    dtype; 2 (keys, values) x layers x KV heads per rank x head dim x tokens x compute bytes."""
+    weights = math.ceil(parameters / t) * shape.compute_bytes
+    kv = 2 * shape.layers * shape.kv_heads_per_rank(t) * shape.head_dim * tokens * shape.compute_bytes
+    return weights, kv
+
+
+def _tensor_parallel_options(shape: ModelShape, ranks_per_node: int) -> list[int]:
+    """Tensor-parallel sizes an engine may take: dividing the ranks per node (one engine stays on one node) and the
+    attention heads, with KV heads split evenly or replicated whole."""
+    return [t for t in range(1, ranks_per_node + 1) if ranks_per_node % t == 0 and shape.attention_heads % t == 0
+            and (shape.kv_heads % t == 0 or t % shape.kv_heads == 0)]
+
+
+def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, ranks_per_node: int, device_memory: int) -> EngineFit:
+    """The vLLM engine of the generating role ``holder`` against its share of a ``device_memory`` device."""
+    from workers.recipe import rollout_config
+    from workers.sampling.vllm_engine import engine_settings
+
+    settings, shape, served = engine_settings(rollout_config(recipe)), holder.shape, served_parameters(holder)
+    t, tokens = int(settings["tensor_parallel_size"]), sequence_length(recipe)
+    weights, kv = _engine_bytes(shape, served, t, tokens)
+    options = tuple((size, sum(_engine_bytes(shape, served, size, tokens)))
+                    for size in _tensor_parallel_options(shape, ranks_per_node))
+    formula = (f"weights {_count(served)} params x {shape.compute_bytes} B / tensor_parallel_size {t} + KV of one "
+               f"sequence: 2 x {shape.layers} layers x {shape.kv_heads_per_rank(t)} KV heads per rank "
+               f"(max(1, {shape.kv_heads} / {t})) x head dim {shape.head_dim} x {tokens} tokens x {shape.compute_bytes} B")
+    return EngineFit(holder.memory.role, t, weights, kv, tokens, float(settings["gpu_memory_utilization"]), device_memory,
+                     options, formula)
 
 
 def _hf_rollout(recipe: Mapping[str, Any], holder: PlannedRole, rank: int) -> tuple[Term, ...]:
@@ -439,7 +584,8 @@ def _update_call(recipe: Mapping[str, Any], planned: PlannedRole, rank: int, row
         settings.get("mini_batch_size"), int(rollout_config(recipe)["n"]), planned.memory.world_size, rows)
     tokens, logit_tokens = (int(budget), int(budget)) if budget else (micro * length, micro * (response + 1))
     checkpointing = bool(planned.spec.model_cfg.get("gradient_checkpointing"))
-    return _update_terms(planned, rank, tokens, logit_tokens, checkpointing)
+    knob = f"roles.{planned.memory.role}." + (f"micro_batch_tokens={budget}" if budget else f"micro_batch_size={micro}")
+    return _update_terms(planned, rank, tokens, logit_tokens, checkpointing, knob)
 
 
 def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int,
@@ -460,15 +606,23 @@ def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank
     if "reference" in roles:
         calls.append(("reference.compute_ref_log_prob", LOG_PROBS, _pass_terms(roles["reference"], rows["reference"], length, response)))
     elif "actor" in roles and reference_source(recipe) == "actor":
-        calls.append(("actor.compute_ref_log_prob", LOG_PROBS, _pass_terms(roles["actor"], micro["actor"] or rows["actor"], length, response)))
+        calls.append(("actor.compute_ref_log_prob", LOG_PROBS, _micro_pass(roles["actor"], micro, rows, length, response)))
     if "critic" in roles:
-        calls.append(("critic.compute_values", LOG_PROBS, _pass_terms(roles["critic"], micro["critic"] or rows["critic"], length, response)))
+        calls.append(("critic.compute_values", LOG_PROBS, _micro_pass(roles["critic"], micro, rows, length, response)))
     if "actor" in roles and _needs_old_log_probs(recipe):
-        calls.append(("actor.compute_log_prob", LOG_PROBS, _pass_terms(roles["actor"], micro["actor"] or rows["actor"], length, response)))
+        calls.append(("actor.compute_log_prob", LOG_PROBS, _micro_pass(roles["actor"], micro, rows, length, response)))
     for role, method in (("critic", "update_critic"), ("actor", "update_actor")):
         if role in roles:
             calls.append((f"{role}.{method}", UPDATE, _update_call(recipe, roles[role], rank, rows[role], length, response)))
     return calls + _sync_calls(recipe, roles, rank)
+
+
+def _micro_pass(planned: PlannedRole, micro: Mapping[str, Any], rows: Mapping[str, int], length: int,
+                response: int) -> list[Term]:
+    """A scoring pass of a trained role: ``micro_batch_size`` rows at a time, else all of the rank's rows."""
+    role = planned.memory.role
+    size = micro[role] or rows[role]
+    return _pass_terms(planned, size, length, response, f"roles.{role}.micro_batch_size={size}")
 
 
 def _generate_call(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int,
@@ -524,10 +678,10 @@ def pool_phases(recipe: Mapping[str, Any], members: list[PlannedRole], use_gpu: 
     context = [Term("CUDA context + NCCL", "", "context", CONTEXT_BYTES, "per process, outside torch's allocator")] if use_gpu else []
     phases = []
     for rank in range(max(planned.memory.world_size for planned in members)):
-        resident = context + [term for planned in members if rank < planned.memory.world_size
-                              for term in _state_terms(planned, rank)]
         calls = _stage_calls(recipe, roles, rank) if stage else _ppo_calls(recipe, roles, rank, engine)
         for call, group, own in calls:
+            resident = [term for planned in members if rank < planned.memory.world_size
+                        for term in _state_terms(planned, rank, call, group)]
             between = list(engine.between) if engine is not None and group != ROLLOUT else []
-            phases.append(Phase(call, group, rank, tuple(resident + between + own)))
+            phases.append(Phase(call, group, rank, tuple(context + resident + between + own)))
     return phases

@@ -63,12 +63,15 @@ import torch
 from rlhfctl.recipe.memory_calls import (
     CONTEXT_BYTES,
     LOGIT_FP32_COPIES,
+    ROLLOUT,
     UPDATE,
     VLLM_ASLEEP_BYTES,
+    EngineFit,
     Phase,
     PlannedRole,
     RoleSpec,
     Term,
+    engine_fit,
     generating_role,
     generation_rows,
     model_shape,
@@ -82,7 +85,9 @@ from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 __all__ = [
     "CONTEXT_BYTES",
     "LOGIT_FP32_COPIES",
+    "TIGHT_SHARE",
     "VLLM_ASLEEP_BYTES",
+    "EngineFit",
     "MemoryPlan",
     "Misfit",
     "Phase",
@@ -97,6 +102,9 @@ __all__ = [
 GIB = 2**30
 _ADAM_MOMENTS = 2
 _MASTER_BYTES = 4  # float32 master weights, gradients and optimizer state
+#: Above this share of the device a call is a warning: the plan is an estimate, and the caching allocator's
+#: fragmentation needs some room. Above the whole device it is an error.
+TIGHT_SHARE = 0.9
 _SIZE_UNITS = {"mb": 10**6, "gb": 10**9, "tb": 10**12, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
@@ -162,6 +170,8 @@ class RoleMemory:
     trainable_parameters: int
     ranks: tuple[RankMemory, ...]
     note: str = ""
+    param_offload: bool = False  # fsdp.param_offload: the weights wait in host memory outside the role's own calls
+    optimizer_offload: bool = False  # fsdp.optimizer_offload: AdamW's moments wait in host memory outside its update
 
     @property
     def largest(self) -> RankMemory:
@@ -171,20 +181,38 @@ class RoleMemory:
 
 @dataclass(frozen=True)
 class Misfit:
-    """A call whose process needs more than the device has, and the knobs that would help most."""
+    """A call whose process needs more than the device has (or more than :data:`TIGHT_SHARE` of it), or a vLLM engine
+    whose weights and one sequence's KV cache exceed its share; its largest terms and the knobs that would help most."""
 
     pool: str
     call: str
     needed: int
-    device: int
+    device: int  # the limit: the device's memory, or the engine's share of it
     knobs: tuple[str, ...]
+    key_path: str = ""
+    largest: tuple[str, ...] = ()  # "name size" of the largest terms
+    limit: str = ""  # what ``device`` is when it is the engine's share, not the device
+
+    @property
+    def fits(self) -> bool:
+        """True for a call within the device (a tight one, above :data:`TIGHT_SHARE`): a warning, not an error."""
+        return self.needed <= self.device
 
     @property
     def message(self) -> str:
-        """One line: what does not fit, by how much, and what to change."""
-        over = (self.needed - self.device) / GIB
-        return (f"memory plan: pool {self.pool} needs {self.needed / GIB:.1f} GiB in {self.call}, "
-                f"{over:.1f} GiB more than the device's {self.device / GIB:.1f} GiB; try {'; or '.join(self.knobs)}")
+        """One line: what does not fit, by how much, its largest terms and what to change, with values."""
+        needed, device = f"{self.needed / GIB:.1f} GiB", f"{self.device / GIB:.1f} GiB"
+        share = f"{100 * self.needed / self.device:.0f}%"
+        if self.limit:
+            head = f"pool {self.pool}'s vLLM engine ({self.call}) needs {needed} per rank, more than {self.limit} ({device})"
+        elif self.fits:
+            head = (f"pool {self.pool} needs {needed} in {self.call}, {share} of the device's {device} (above "
+                    f"{100 * TIGHT_SHARE:.0f}%: little room for the allocator)")
+        else:
+            head = (f"pool {self.pool} needs {needed} in {self.call}, {share} of the device's {device} "
+                    f"({(self.needed - self.device) / GIB:.1f} GiB over)")
+        terms = f"; largest terms: {', '.join(self.largest)}" if self.largest else ""
+        return f"memory plan: {head}{terms}; try {'; or '.join(self.knobs)}"
 
 
 @dataclass
@@ -196,6 +224,7 @@ class MemoryPlan:
     device_source: str | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     phases: dict[str, list[Phase]] = field(default_factory=dict)  # pool -> every call of every rank
+    engines: dict[str, EngineFit] = field(default_factory=dict)  # pool -> its vLLM engine against its share (GPU)
 
     def phase_bytes(self, pool: str, rank: int = 0, *, allocated_only: bool = False) -> dict[str, int]:
         """Predicted device bytes of ``pool``'s process ``rank`` during each call of the step, keyed by the
@@ -222,7 +251,18 @@ class MemoryPlan:
         return {pool: peak.total for pool in self.phases if (peak := self.peak(pool)) is not None}
 
     def misfits(self) -> list[Misfit]:
-        """Each pool's calls that need more than ``device_memory`` (largest rank), with the knobs that help."""
+        """What cannot fit (an error): each vLLM engine whose weights and one sequence's KV cache exceed its share,
+        and each pool's calls that need more than ``device_memory`` (largest rank); with the knobs that help."""
+        engines = [_engine_misfit(self, pool, engine) for pool, engine in self.engines.items() if not engine.fits]
+        return engines + [misfit for misfit in self._calls_above(TIGHT_SHARE) if not misfit.fits]
+
+    def tight(self) -> list[Misfit]:
+        """Calls between :data:`TIGHT_SHARE` and all of the device (a warning), with the knobs that make room."""
+        return [misfit for misfit in self._calls_above(TIGHT_SHARE) if misfit.fits]
+
+    def _calls_above(self, share: float) -> list[Misfit]:
+        """Each pool's calls (their largest rank) above ``share`` of the device; the knobs aim at the device for a
+        call over it, at ``share`` for one under it."""
         if not self.device_memory:
             return []
         found = []
@@ -232,10 +272,13 @@ class MemoryPlan:
                 if phase.call not in worst or phase.total > worst[phase.call].total:
                     worst[phase.call] = phase
             for phase in worst.values():
-                if phase.total > self.device_memory:
-                    over = phase.total - self.device_memory
-                    found.append(Misfit(pool, phase.call, phase.total, self.device_memory,
-                                        _knobs(phase, over, self.device_memory, self.roles)))
+                if phase.total <= share * self.device_memory:
+                    continue
+                target = self.device_memory if phase.total > self.device_memory else int(share * self.device_memory)
+                largest = sorted((term for term in phase.terms if term.bytes), key=lambda term: -(term.bytes or 0))[:3]
+                found.append(Misfit(pool, phase.call, phase.total, self.device_memory,
+                                    _knobs(phase, phase.total - target, self, pool), f"resource_pools.{pool}",
+                                    tuple(f"{term.name} {(term.bytes or 0) / GIB:.1f} GiB" for term in largest)))
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -254,41 +297,87 @@ class MemoryPlan:
         return {"roles": roles, "process_bytes": self.process_bytes(), "phases": phases, "peak": peaks,
                 "device_memory": self.device_memory, "device_source": self.device_source,
                 "misfits": [asdict(misfit) | {"message": misfit.message} for misfit in self.misfits()],
+                "tight": [asdict(misfit) | {"message": misfit.message} for misfit in self.tight()],
+                "engines": {pool: asdict(engine) | {"needed": engine.needed, "budget": engine.budget, "fits": engine.fits}
+                            for pool, engine in self.engines.items()},
                 "skipped": dict(self.skipped)}
 
 
-def _knobs(phase: Phase, over: int, device: int, roles: list[RoleMemory]) -> tuple[str, ...]:
-    """The settings that shrink this call's terms, the ones acting on the most bytes first (at most three)."""
+def _knobs(phase: Phase, over: int, plan: MemoryPlan, pool: str) -> tuple[str, ...]:
+    """The settings that shrink this call by ``over`` bytes, with values, the ones acting on the most bytes first (at
+    most four)."""
     acting: dict[str, int] = {}
-    for term in phase.terms:
-        for knob in _knobs_for(term, phase, over, device, roles):
-            acting[knob] = acting.get(knob, 0) + (term.bytes or 0)
+    for knob, size in _batch_knobs(phase, over) + [pair for term in phase.terms for pair in _knobs_for(term, phase, over, plan, pool)]:
+        acting[knob] = acting.get(knob, 0) + size
     ranked = sorted(acting.items(), key=lambda item: -item[1])
-    return tuple(f"{knob} (acts on {size / GIB:.1f} GiB)" for knob, size in ranked[:3]) or ("more ranks",)
+    return tuple(f"{knob} (acts on {size / GIB:.1f} GiB)" for knob, size in ranked[:4]) or ("more ranks",)
 
 
-def _knobs_for(term: Term, phase: Phase, over: int, device: int, roles: list[RoleMemory]) -> list[str]:
-    """What shrinks one term: vLLM's share, offload or more ranks for state, smaller micro-batches for activations,
-    a smaller sync bucket; the rollout group's terms have the rollout's own knobs."""
-    role = next((item for item in roles if item.role == term.role), None)
+def _batch_knobs(phase: Phase, over: int) -> list[tuple[str, int]]:
+    """A micro-batch setting (``key=value`` on the terms that grow with it) with the value that takes ``over`` bytes off."""
+    growing: dict[str, int] = {}
+    for term in phase.terms:
+        if term.scales_with and term.bytes:
+            growing[term.scales_with] = growing.get(term.scales_with, 0) + term.bytes
+    knobs = []
+    for setting, size in growing.items():
+        key, now = setting.split("=")
+        value = math.floor(int(now) * (size - over) / size) if size > over else 0
+        if int(now) > 1:
+            alone = "" if value >= 1 else ", not enough alone"
+            knobs.append((f"{key} {max(1, value)} (now {now}{alone})", size))
+    return knobs
+
+
+def _knobs_for(term: Term, phase: Phase, over: int, plan: MemoryPlan, pool: str) -> list[tuple[str, int]]:
+    """What shrinks one term, and the bytes it acts on: vLLM's share (with the value that fits), offload between calls
+    or more ranks for state, a smaller sync bucket; the rollout group's terms have the rollout's own knobs."""
+    role = next((item for item in plan.roles if item.role == term.role), None)
+    size = term.bytes or 0
+    if not size or role is None and term.kind != "engine":
+        return []
     ranks = f"more ranks (resource_pools.{role.pool}.process_on_nodes, now {role.world_size})" if role else ""
-    if term.kind == "engine" and term.bytes:
-        fits = (term.bytes - over) / device
-        return [f"rollout.vllm.gpu_memory_utilization {fits:.2f} (now {term.bytes / device:.2f})" if fits > 0
-                else "a lower rollout.vllm.gpu_memory_utilization"]
+    if term.kind == "engine":
+        return [(_share_knob(plan, pool, term, over), size)]
     if term.kind == "sync":
-        return ["a smaller rollout.vllm.sync_bucket_mib"]
-    if term.role == ROLLOUT_ROLE and role is not None:
-        return _rollout_knobs(term, ranks)
-    if term.kind in ("state", "gradients") and role is not None:
-        return [f"roles.{term.role}.fsdp.cpu_offload: true", ranks]
-    if term.kind in ("activations", "logits") and role is not None:
-        if phase.group == UPDATE:
-            return [f"a smaller roles.{term.role}.micro_batch_tokens (or micro_batch_size)"]
-        return [ranks] if term.role == "reference" else [f"a smaller roles.{term.role}.micro_batch_size", ranks]
-    if term.kind == "kv_cache" and role is not None:
-        return [ranks, "rollout.engine: vllm"]
+        return [("a smaller rollout.vllm.sync_bucket_mib", size)]
+    if term.role == ROLLOUT_ROLE:
+        return [(knob, size) for knob in _rollout_knobs(term, ranks)]
+    if term.kind == "state":
+        return [(_offload_knob(term, phase, role), size), (ranks, size)]
+    if term.kind == "gradients":
+        return [(f"roles.{term.role}.fsdp.cpu_offload: true (the slow choice: AdamW on the host)", size), (ranks, size)]
+    if term.kind in ("activations", "logits") and not term.scales_with:
+        return [(ranks, size)]
+    if term.kind == "kv_cache":
+        return [(ranks, size), ("rollout.engine: vllm", size)]
+    if term.kind == "unshard" and phase.group == ROLLOUT:
+        return [("rollout.engine: vllm", size)]
     return []
+
+
+def _offload_knob(term: Term, phase: Phase, role: RoleMemory) -> str:
+    """Offload between calls where it frees this term during this call; else the always-offloaded (slow) choice."""
+    own = phase.call.split(".", 1)[0] == role.role
+    if term.name.endswith(" optimizer") and not (own and phase.group == UPDATE) and not role.optimizer_offload:
+        return f"roles.{role.role}.fsdp.optimizer_offload: true"
+    if term.name.endswith(" weights") and not own and not role.param_offload:
+        return f"roles.{role.role}.fsdp.param_offload: true"
+    return f"roles.{role.role}.fsdp.cpu_offload: true (the slow choice: AdamW on the host)"
+
+
+def _share_knob(plan: MemoryPlan, pool: str, term: Term, over: int) -> str:
+    """A lower ``gpu_memory_utilization`` that fits the call, with the tensor-parallel size its engine then needs."""
+    device = plan.device_memory or 1
+    fits = math.floor(100 * ((term.bytes or 0) - over) / device) / 100
+    if fits <= 0:
+        return "a lower rollout.vllm.gpu_memory_utilization"
+    knob = f"rollout.vllm.gpu_memory_utilization {fits:.2f} (now {(term.bytes or 0) / device:.2f})"
+    engine = plan.engines.get(pool)
+    if engine is None or engine.needed <= fits * device:
+        return knob
+    t = engine.smallest_fitting(int(fits * device))
+    return f"{knob} with rollout.vllm.tensor_parallel_size {t}" if t else f"{knob}, too little for its weights at any tensor_parallel_size"
 
 
 def _rollout_knobs(term: Term, ranks: str) -> list[str]:
@@ -297,6 +386,32 @@ def _rollout_knobs(term: Term, ranks: str) -> list[str]:
     if term.kind == "state":
         return ["rollout.engine: vllm"]
     return [ranks, "rollout.engine: vllm"] if term.kind in ("kv_cache", "activations", "logits") else []
+
+
+def _engine_misfit(plan: MemoryPlan, pool: str, engine: EngineFit) -> Misfit:
+    """The engine's weights per rank and one sequence's KV cache against its share, with the settings that fit it."""
+    device = plan.device_memory or engine.device
+    knobs = []
+    t = engine.smallest_fitting()
+    if t is not None:
+        size = dict(engine.options)[t]
+        knobs.append(f"rollout.vllm.tensor_parallel_size {t} (now {engine.tensor_parallel_size}; weights and one "
+                     f"sequence's KV cache then {size / GIB:.1f} GiB per rank)")
+    elif engine.options:
+        largest, size = engine.options[-1]
+        knobs.append(f"no rollout.vllm.tensor_parallel_size the pool's nodes and the model's heads allow fits alone "
+                     f"(at {largest}: {size / GIB:.1f} GiB per rank)")
+    share = math.ceil(100 * engine.needed / device) / 100
+    rollout = max((phase.total for phase in plan.phases.get(pool, []) if phase.group == ROLLOUT), default=0)
+    if share < 1 and rollout - engine.budget + share * device <= device:
+        knobs.append(f"rollout.vllm.gpu_memory_utilization {share:.2f} (now {engine.share:g})")
+    if engine.weights < engine.budget < engine.needed:
+        knobs.append(f"fewer tokens per sequence (data.max_prompt_length + rollout.max_new_tokens, now {engine.tokens})")
+    largest = (f"weights {engine.weights / GIB:.1f} GiB (1/{engine.tensor_parallel_size} of the model)",
+               f"KV cache of one sequence {engine.kv_cache / GIB:.2f} GiB ({engine.tokens} tokens)")
+    return Misfit(pool, f"{engine.role}.generate_sequences", engine.needed, engine.budget, tuple(knobs) or ("more memory",),
+                  "rollout.vllm.tensor_parallel_size", largest,
+                  f"its share: rollout.vllm.gpu_memory_utilization {engine.share:g} x {device / GIB:.1f} GiB")
 
 
 # ------------------------------------------------------------------ the model's shapes
@@ -422,7 +537,8 @@ def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: st
     role_section = section(recipe, "roles", spec.role)
     model = _meta_model(spec.kind, spec.model_cfg, role_section.get("lora") if spec.role == "actor" else None)
     strategy = "ddp" if spec.role == ROLLOUT_ROLE else role_strategy(role_section, world)  # a replica per rollout rank
-    offload = bool((role_section.get("fsdp") or {}).get("cpu_offload"))
+    fsdp = role_section.get("fsdp") or {}
+    offload = bool(fsdp.get("cpu_offload"))
     all_shapes, trained = _shapes(model, False), (_shapes(model, True) if spec.trainable else [])
     dtype = str(spec.model_cfg.get("dtype") or "float32")
     shape = model_shape(model, spec.kind == "causal", _dtype_bytes(dtype))
@@ -444,6 +560,8 @@ def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: st
         parameters=sum(math.prod(shape) for shape in all_shapes),
         trainable_parameters=sum(math.prod(shape) for shape in trained), ranks=tuple(ranks),
         note=_role_note(recipe, spec, role_section),
+        param_offload=bool(fsdp.get("param_offload")) and not offload,
+        optimizer_offload=bool(fsdp.get("optimizer_offload")) and not offload and spec.trainable,
     )
     return PlannedRole(memory, spec, shape, role_section)
 
@@ -519,5 +637,10 @@ def plan_memory(recipe: Mapping[str, Any], pools: Mapping[str, Any], device_memo
         plan.roles.append(planned.memory)
         members.setdefault(pool.name, []).append(planned)
     for name, planned in members.items():
-        plan.phases[name] = pool_phases(recipe, planned, bool(getattr(pools[name], "use_gpu", False)), plan.device_memory)
+        use_gpu = bool(getattr(pools[name], "use_gpu", False))
+        plan.phases[name] = pool_phases(recipe, planned, use_gpu, plan.device_memory)
+        holder = next((item for item in planned if item.memory.role == generating_role(recipe)), None)
+        if holder is not None and use_gpu and plan.device_memory and stage_of(recipe) is None and rollout_engine(recipe) == "vllm":
+            nodes = tuple(getattr(pools[name], "process_on_nodes", ()) or (holder.memory.world_size,))
+            plan.engines[name] = engine_fit(recipe, holder, min(nodes), plan.device_memory)
     return plan

@@ -93,11 +93,13 @@ class ValidationReport:
 
 
 def memory_issues(plan: MemoryPlan) -> list[Issue]:
-    """A warning for each role the plan skipped (its reason), and for each call whose process needs more than
-    the device has, naming the knobs that help."""
+    """A warning for each role the plan skipped (its reason) and each call above 90% of the device; an error (exit 2)
+    for each call above the device and each vLLM engine whose weights and one sequence's KV exceed its share; each
+    names the largest terms and the knobs that help, with values."""
     skipped = [warning(f"roles.{role}.model", f"memory plan: roles.{role} skipped ({reason}); its memory is not "
                        "counted in its pool's calls") for role, reason in plan.skipped.items()]
-    return skipped + [warning(f"resource_pools.{misfit.pool}", misfit.message) for misfit in plan.misfits()]
+    tight = [warning(misfit.key_path, misfit.message) for misfit in plan.tight()]
+    return skipped + tight + [error(misfit.key_path, misfit.message) for misfit in plan.misfits()]
 
 
 def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int | None = None) -> ValidationReport:

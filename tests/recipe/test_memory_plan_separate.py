@@ -170,15 +170,14 @@ def test_a_misfit_on_the_rollout_pool_names_the_rollout_pools_knobs(qwen_7b):
         f"a smaller rollout.vllm.sync_bucket_mib (acts on {bucket_7b() / GIB:.1f} GiB)")
 
 
-def test_validate_warns_naming_the_rollout_pool(qwen_7b):
+def test_validate_refuses_naming_the_rollout_pool(qwen_7b):
     report = validate_recipe(load_recipe(RECIPE, overrides(qwen_7b, *SEPARATE, "rollout.engine=hf")), device_memory=16 * GIB)
-    assert report.ok, report.errors
-    warned = {issue.message for issue in report.warnings if issue.key_path == "resource_pools.gen"}
+    refused = {issue.message for issue in report.errors if issue.key_path == "resource_pools.gen"}
     assert any(message.startswith("memory plan: pool gen needs ") and " in rollout.generate_sequences" in message
-               and "rollout.engine: vllm" in message for message in warned)
+               and "rollout.engine: vllm" in message for message in refused)
     result = CliRunner().invoke(app, ["validate", str(RECIPE), *overrides(qwen_7b, *SEPARATE, "rollout.engine=hf"),
                                       "--device-memory", "16"])
-    assert result.exit_code == 0, result.output
-    lines = [line for line in result.stdout.splitlines() if line.startswith("warning: memory plan: pool gen")]
+    assert result.exit_code == 2, result.output  # above the device: exit 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: memory plan: pool gen")]
     assert lines and "more ranks (resource_pools.gen.process_on_nodes, now 4)" in " ".join(lines)
     assert "Memory plan: pool gen, rank 0" in result.stdout and "peak rollout (rollout.generate_sequences)" in result.stdout
