@@ -1,4 +1,8 @@
-"""rlhfctl.agents.tools.PythonSandbox: real child processes, confined by timeout, rlimits, env, cwd and network."""
+"""rlhfctl.agents.tools.PythonSandbox: real child processes, confined by timeout, rlimits, env, cwd and network.
+
+What the namespace boundary stops (files, processes, ptrace, mounts...) is in test_sandbox_boundary.py; here are
+the tool's behaviours, and the unconfined mode of a kernel that refuses the namespaces.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import pytest
 
 from rlhfctl.agents.tool import ToolResult
 from rlhfctl.agents.tools import PythonSandbox, python_sandbox, sandbox_child
+from tests.agents.survivors import NAME_ME, named, new_token, wait_for_named
 
 
 def run(code: str, tool: PythonSandbox | None = None, **config: object) -> ToolResult:
@@ -66,9 +71,8 @@ CONNECT = """
 
 @pytest.fixture
 def threaded_child(monkeypatch, tmp_path):
-    """Start the child behind a wrapper that starts a thread first, so the kernel refuses unshare (EINVAL).
-
-    This is the path of an OS without unprivileged user namespaces, produced for real on this one.
+    """Start the launcher (and the child) behind a wrapper that starts a thread first, so the kernel refuses
+    unshare (EINVAL): the path of an OS without user namespaces, produced for real on this one, probe included.
     """
     wrapper = tmp_path / "threaded.py"
     wrapper.write_text(
@@ -77,18 +81,20 @@ def threaded_child(monkeypatch, tmp_path):
         "sys.argv = sys.argv[1:]\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
-    command = PythonSandbox._command
+    command = python_sandbox.launcher_command
 
-    def wrapped(self: PythonSandbox, status_fd: int) -> list[str]:
-        *interpreter, child, settings = command(self, status_fd)
+    def wrapped(*args, **kwargs) -> list[str]:
+        *interpreter, child, settings = command(*args, **kwargs)
         return [*interpreter, str(wrapper), child, settings]
 
-    monkeypatch.setattr(PythonSandbox, "_command", wrapped)
+    monkeypatch.setattr(python_sandbox, "launcher_command", wrapped)
+    monkeypatch.setattr(python_sandbox, "_REFUSALS", {})
 
 
-def namespaces_available() -> bool:
-    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, check=False)
-    return probe.returncode == 0
+pytestmark = pytest.mark.skipif(
+    bool(python_sandbox.boundary_refusal()),
+    reason=f"this kernel refuses the sandbox's namespaces ({python_sandbox.boundary_refusal()}): the boundary cannot be tested here",
+)
 
 
 def test_prints_output() -> None:
@@ -131,26 +137,36 @@ def test_timeout_kills_a_busy_loop() -> None:
 
 
 def test_timeout_kills_the_whole_process_group() -> None:
-    code = """
+    token = new_token()
+    code = f"""
         import os, time
         pid = os.fork()
         if pid == 0:
+            {NAME_ME.format(token=token)}
             time.sleep(60)
             os._exit(0)
         print(pid, flush=True)
         while True:
             pass
     """
-    result = run(code, timeout_s=1)
-    assert result.text.startswith("error: timed out after 1 s\n")
-    sleeper = int(result.text.splitlines()[1])
-    assert wait_until_gone(sleeper), f"the forked sleeper {sleeper} outlived the timeout"
+
+    async def call_and_watch() -> tuple[ToolResult, list[int]]:
+        call = asyncio.create_task(PythonSandbox(timeout_s=2).execute("t", {"code": textwrap.dedent(code)}))
+        seen = await asyncio.to_thread(wait_for_named, token)
+        return await call, seen
+
+    result, seen = asyncio.run(call_and_watch())
+    assert result.text.startswith("error: timed out after 2 s\n")
+    assert len(seen) == 1, "the forked sleeper never showed up: the survivor check would prove nothing"
+    assert named(token) == [], "the forked sleeper outlived the timeout"
 
 
 def test_leftover_children_are_killed_when_the_code_exits() -> None:
-    result = run("import subprocess; print(subprocess.Popen(['sleep', '60']).pid)", timeout_s=3)
-    assert result.metrics["ok"] == 1.0
-    assert wait_until_gone(int(result.text))
+    token = new_token()
+    result = run(f"import subprocess; subprocess.Popen(['python3', '-c', {NAME_ME.format(token=token)!r} + "
+                 f"'; import time; time.sleep(60)']); import time; time.sleep(1); print('done')", timeout_s=5)
+    assert result.text == "done\n"
+    assert named(token) == []
 
 
 def test_cpu_limit_stops_a_busy_loop_before_the_wall_clock_timeout() -> None:
@@ -186,8 +202,7 @@ def test_child_sees_the_standard_library_only() -> None:
     assert "ModuleNotFoundError: No module named 'rlhfctl'" in run("import rlhfctl").text
 
 
-def test_cwd_is_an_empty_temp_dir_removed_afterwards(tmp_path) -> None:
-    code = """
+CHMOD_CODE = """
         import os
         print(os.getcwd())
         print(os.listdir("."))
@@ -196,7 +211,19 @@ def test_cwd_is_an_empty_temp_dir_removed_afterwards(tmp_path) -> None:
         os.chmod("sub/locked", 0)
         os.chmod("sub", 0)
     """
-    result = run(code, work_root=str(tmp_path))
+
+
+def test_cwd_is_an_empty_work_tmpfs_that_leaves_nothing_on_the_host(tmp_path) -> None:
+    result = run(CHMOD_CODE, work_root=str(tmp_path))
+    assert result.metrics["ok"] == 1.0, result.text
+    assert result.text.splitlines() == ["/work", "[]"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unconfined_cwd_is_an_empty_temp_dir_removed_afterwards(threaded_child, tmp_path) -> None:
+    tmp_path = tmp_path / "work_root"  # the fixture's wrapper script is in tmp_path itself
+    tmp_path.mkdir()
+    result = run(CHMOD_CODE, work_root=str(tmp_path), allow_unconfined=True)
     assert result.metrics["ok"] == 1.0, result.text
     cwd, listing = result.text.splitlines()
     assert Path(cwd).parent == tmp_path
@@ -207,10 +234,8 @@ def test_cwd_is_an_empty_temp_dir_removed_afterwards(tmp_path) -> None:
 
 def test_network_namespace_blocks_loopback(listening_port) -> None:
     result = run(CONNECT.format(port=listening_port))
-    if not namespaces_available():
-        assert result.metrics["network_isolated"] == 0.0
-        pytest.skip("this OS refuses unprivileged network namespaces (the metrics say so)")
     assert result.metrics["network_isolated"] == 1.0
+    assert result.metrics["confined"] == 1.0
     assert result.text.startswith("refused:"), result.text
 
 
@@ -220,17 +245,27 @@ def test_without_isolation_the_metrics_say_so(listening_port) -> None:
     assert result.text == "connected\n"
 
 
-def test_an_os_that_refuses_the_namespace_still_runs_the_code(threaded_child, listening_port, caplog) -> None:
+def test_an_os_that_refuses_the_namespaces_refuses_to_build_the_tool_naming_the_key(threaded_child) -> None:
+    with pytest.raises(python_sandbox.SandboxUnavailable) as refused:
+        PythonSandbox()
+    message = str(refused.value)
+    assert "cannot be built on this host (unshare: Invalid argument)" in message
+    assert "rollout.multi_turn.tools[i].config.allow_unconfined: true" in message
+
+
+def test_allow_unconfined_runs_the_code_as_before_where_the_os_refuses(threaded_child, listening_port, caplog) -> None:
     with caplog.at_level("WARNING", logger=python_sandbox.__name__):
-        result = run(CONNECT.format(port=listening_port))
+        result = run(CONNECT.format(port=listening_port), allow_unconfined=True)
+    assert result.metrics["confined"] == 0.0
     assert result.metrics["network_isolated"] == 0.0
     assert result.metrics["ok"] == 1.0
     assert result.text == "connected\n"
+    assert "running without the sandbox's boundary, as allow_unconfined is set: unshare: Invalid argument" in caplog.text
     assert "no network namespace (unshare failed" in caplog.text
 
 
 def test_required_isolation_refuses_to_run_where_the_os_refuses(threaded_child) -> None:
-    result = run("print('ran')", require_network_isolation=True)
+    result = run("print('ran')", require_network_isolation=True, allow_unconfined=True)
     assert result.text.startswith("error: network isolation is required but unavailable here (unshare failed")
     assert "ran" not in result.text
     assert result.metrics["ok"] == 0.0

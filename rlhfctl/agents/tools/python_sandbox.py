@@ -1,19 +1,23 @@
-"""The bundled ``python`` tool: run the model's code in a confined child process, without blocking the loop.
+"""The bundled ``python`` tool: run the model's code inside a boundary of Linux namespaces, without blocking the loop.
 
-Each call starts ``python -I -S -u sandbox_child.py`` (isolated mode: no site-packages, no ``PYTHON*``
-variables, no script directory on ``sys.path``) in its own process group, in a fresh empty temporary
-directory, with a scrubbed environment. The child confines itself (network namespace where the OS
-allows one, resource limits; see :mod:`rlhfctl.agents.tools.sandbox_child`) before the code runs.
-The parent enforces the wall-clock timeout by killing the whole process group, caps the captured
-output, and removes the directory. This is damage limitation for model-written code, not a security
-boundary: docs/security.md says what it does not stop.
+Each call starts ``python -I -S -u sandbox_boundary.py`` (isolated mode: no site-packages, no ``PYTHON*``
+variables, no script directory on ``sys.path``) in its own process group with a scrubbed environment. It
+builds new user, mount, PID, network, IPC and UTS namespaces and runs the code there as an unprivileged
+user with no capabilities, in a read-only root with a writable tmpfs at ``/work``, under resource limits
+(:mod:`rlhfctl.agents.tools.sandbox_boundary`). When the call ends, however it ends, every process it
+started is dead. The parent enforces the wall-clock timeout and caps the captured output.
+
+Where the kernel refuses the namespaces, building the tool fails with a message naming
+``allow_unconfined``; set true, the calls run as before the boundary existed
+(:mod:`rlhfctl.agents.tools.sandbox_child`: a child process with resource limits and a network namespace
+where allowed). docs/security.md states what the boundary stops and what it does not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+import marshal
 import os
 import shutil
 import signal
@@ -25,9 +29,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rlhfctl.agents.tool import Tool, ToolResult
-from rlhfctl.agents.tools import sandbox_child
+from rlhfctl.agents.tools import sandbox_boundary, sandbox_child
 
-__all__ = ["PythonSandbox"]
+__all__ = ["PythonSandbox", "SandboxUnavailable", "boundary_refusal", "refusal_message"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,65 @@ TRUNCATED = "\n...[truncated]"
 _MIB = 1024 * 1024
 _DRAIN_AFTER_EXIT_S = 1.0
 """How long output is still read after the process group is killed (a detached grandchild may hold the pipe)."""
+_STOP_GRACE_S = 3.0
+"""How long the launcher has, after SIGTERM, to kill the namespace and wait for it to empty (then: SIGKILL)."""
+UNCONFINED_KEY = "rollout.multi_turn.tools[i].config.allow_unconfined"
+"""The key a user sets to run without the boundary (``i``: the python tool's index in the list)."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The kernel refuses the namespaces the boundary needs, and ``allow_unconfined`` is not set."""
+
+
+def refusal_message(why: str, tool_key: str = "rollout.multi_turn.tools[i]") -> str:
+    """What to tell a user whose host refuses the boundary: the kernel's reason and the key that opts out."""
+    return (
+        f"the python tool's sandbox cannot be built on this host ({why}); the code would run without its "
+        f"boundary (its files, processes and network unprotected). Allow user namespaces (e.g. "
+        f"sysctl kernel.unprivileged_userns_clone=1, or a container with --security-opt seccomp=unconfined), "
+        f"or set {tool_key}.config.allow_unconfined: true to run with resource limits only (docs/security.md)"
+    )
+
+
+_REFUSALS: dict[bool, str] = {}
+
+
+def boundary_refusal(isolate_network: bool = True) -> str:
+    """'' when this host lets the tool build its boundary, else the kernel's reason; probed once per process
+    by running an empty program through the real launcher."""
+    if isolate_network not in _REFUSALS:
+        status_read, status_write = os.pipe()
+        settings = _boundary_settings(status_write, isolate_network=isolate_network)
+        try:
+            subprocess.run(launcher_command(True, settings), input=b"", capture_output=True, timeout=60,
+                           pass_fds=(status_write,), env=_scrubbed_env("/work"), cwd="/", check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            _REFUSALS[isolate_network] = f"the launcher did not run: {error}"
+        else:
+            status = _read_status(status_read)
+            _REFUSALS[isolate_network] = "" if status == "boundary=1" else (status[11:] or status or "no status")
+        finally:
+            for fd in (status_read, status_write):
+                os.close(fd)
+    return _REFUSALS[isolate_network]
+
+
+def launcher_command(confined: bool, settings: Mapping[str, Any], site_packages: bool = False) -> list[str]:
+    """The command that runs one call: the boundary's launcher, or (unconfined) today's child script."""
+    script = sandbox_boundary.__file__ if confined else sandbox_child.__file__
+    flags = ["-I", "-u", "-B"] + ([] if site_packages else ["-S"])
+    return [sys.executable, *flags, script, marshal.dumps(dict(settings)).hex()]
+
+
+def _boundary_settings(status_fd: int, **overrides: Any) -> dict[str, Any]:
+    """The launcher's settings at the tool's defaults, for the probe."""
+    defaults = PythonSandbox.defaults
+    settings = {"status_fd": status_fd, "cpu_s": 5, "memory_bytes": int(defaults["memory_mb"]) * _MIB,
+                "file_bytes": int(defaults["max_file_mb"]) * _MIB, "max_processes": int(defaults["max_processes"]),
+                "isolate_network": True, "readonly_paths": [], "site_packages": False,
+                "work_bytes": int(defaults["work_mb"]) * _MIB}
+    settings.update(overrides)
+    return settings
 
 
 class _Child(asyncio.SubprocessProtocol):
@@ -44,9 +107,10 @@ class _Child(asyncio.SubprocessProtocol):
     would hold open; this protocol reports the exit itself, so the timeout and the cleanup do not wait.
     """
 
-    def __init__(self, workdir: str, keep_bytes: int) -> None:
+    def __init__(self, workdir: str | None, keep_bytes: int, confined: bool) -> None:
         loop = asyncio.get_running_loop()
         self.workdir = workdir
+        self.confined = confined
         self.keep_bytes = keep_bytes
         self.output = bytearray()
         self.dropped = False
@@ -70,6 +134,17 @@ class _Child(asyncio.SubprocessProtocol):
         _settle(self.exited)
         _settle(self.closed)
 
+    async def stop(self) -> None:
+        """End the call now: a confined launcher kills its namespace and exits once it is empty; then SIGKILL."""
+        pid = self.transport.get_pid() if self.transport is not None else None
+        if self.confined and pid is not None and not self.exited.done():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            await _wait_briefly(self.exited, _STOP_GRACE_S)
+        self.kill_group()
+
     def kill_group(self) -> None:
         """SIGKILL the child's process group (it is the group leader); nothing if it is already gone."""
         if self.transport is None or self.transport.get_pid() is None:
@@ -85,11 +160,12 @@ class PythonSandbox(Tool):
 
     Config (defaults in :attr:`defaults`): ``timeout_s`` wall clock; ``cpu_s`` CPU seconds;
     ``memory_mb`` address space; ``max_processes`` RLIMIT_NPROC (0 leaves it unset); ``max_file_mb``
-    largest file written; ``max_output_chars`` text shown; ``max_code_chars`` longest program;
-    ``max_concurrent`` children at once; ``isolate_network`` try a network namespace;
-    ``require_network_isolation`` refuse to run where the OS denies one (else run, reported as
-    ``network_isolated: 0``); ``site_packages`` let the child import installed packages;
-    ``work_root`` where the temporary directories go.
+    largest file written; ``work_mb`` size of the writable ``/work`` tmpfs; ``readonly_paths`` host
+    paths shown read-only at the same place; ``max_output_chars`` text shown; ``max_code_chars`` longest
+    program; ``max_concurrent`` children at once; ``isolate_network`` a network namespace (off: the host's
+    network); ``site_packages`` let the child import installed packages; ``allow_unconfined`` run without
+    the boundary where the kernel refuses it. Unconfined only: ``require_network_isolation`` refuse to run
+    where the OS denies a network namespace; ``work_root`` where the temporary directories go.
     """
 
     name: ClassVar[str] = "python"
@@ -118,9 +194,12 @@ class PythonSandbox(Tool):
         "max_output_chars": 2000,
         "max_code_chars": 100_000,
         "max_concurrent": 16,
+        "work_mb": 64,
+        "readonly_paths": (),
         "isolate_network": True,
         "require_network_isolation": False,
         "site_packages": False,
+        "allow_unconfined": False,
         "work_root": None,
     }
 
@@ -138,6 +217,9 @@ class PythonSandbox(Tool):
         self.require_network_isolation = bool(settings["require_network_isolation"])
         self.site_packages = bool(settings["site_packages"])
         self.work_root = settings["work_root"]
+        self.allow_unconfined = bool(settings["allow_unconfined"])
+        self.readonly_paths = _absolute_paths(settings["readonly_paths"])
+        self.work_bytes = int(settings["work_mb"]) * _MIB
         cpu_s = settings["cpu_s"]
         self.limits = {
             "cpu_s": int(cpu_s) if cpu_s is not None else int(self.timeout_s) + 1,
@@ -148,6 +230,22 @@ class PythonSandbox(Tool):
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._live: dict[str, set[_Child]] = {}
         self._warned_network = False
+        self.refusal = boundary_refusal(self.isolate_network)
+        """Why the kernel refuses the boundary here ('' when it does not): then the calls run unconfined."""
+        if self.refusal:
+            self._refused(self.refusal)
+
+    @property
+    def confined(self) -> bool:
+        """True when calls run inside the boundary; False only where the kernel refused it and the config allows."""
+        return not self.refusal
+
+    def _refused(self, why: str) -> None:
+        """Run unconfined from now on, if the config allows; else raise :class:`SandboxUnavailable`."""
+        if not self.allow_unconfined:
+            raise SandboxUnavailable(refusal_message(why))
+        self.refusal = why
+        logger.warning("python tool: running without the sandbox's boundary, as allow_unconfined is set: %s", why)
 
     async def execute(self, instance_id: str, arguments: Mapping[str, Any]) -> ToolResult:
         """Run ``arguments["code"]``; the text is its output, or ``error: ...`` with the reason and output."""
@@ -160,10 +258,11 @@ class PythonSandbox(Tool):
             return await self._run(instance_id, code)
 
     async def release(self, instance_id: str) -> None:
-        """Kill any child of this trajectory still running and remove its directory."""
+        """Stop any call of this trajectory still running (its whole namespace) and remove its directory."""
         for child in self._live.pop(instance_id, set()):
-            child.kill_group()
-            _remove_tree(child.workdir)
+            await child.stop()
+            if child.workdir is not None:
+                _remove_tree(child.workdir)
 
     def _slots_for_this_loop(self) -> asyncio.Semaphore:
         """The bound on concurrent children (a semaphore belongs to one event loop, so one per loop)."""
@@ -173,30 +272,46 @@ class PythonSandbox(Tool):
         return self._slots[1]
 
     async def _run(self, instance_id: str, code: str) -> ToolResult:
-        workdir = tempfile.mkdtemp(prefix="rlhfctl-python-", dir=self.work_root)
+        result = await self._run_once(instance_id, code, self.confined)
+        if result is None:  # the kernel refused the boundary after the probe said yes: opt out, or say so
+            try:
+                self._refused(self.refusal)
+            except SandboxUnavailable as error:
+                return ToolResult(f"error: {error}", metrics={"ok": 0.0, "confined": 0.0})
+            result = await self._run_once(instance_id, code, False)
+        assert result is not None
+        return result
+
+    async def _run_once(self, instance_id: str, code: str, confined: bool) -> ToolResult | None:
+        """One call; None when the boundary was refused (``self.refusal`` then says why)."""
+        workdir = None if confined else tempfile.mkdtemp(prefix="rlhfctl-python-", dir=self.work_root)
         status_read, status_write = os.pipe()
-        child = _Child(workdir, keep_bytes=4 * self.max_output_chars + 16)
+        child = _Child(workdir, keep_bytes=4 * self.max_output_chars + 16, confined=confined)
         self._live.setdefault(instance_id, set()).add(child)
         try:
             started = time.monotonic()
             await asyncio.get_running_loop().subprocess_exec(
                 lambda: child,
-                *self._command(status_write),
+                *launcher_command(confined, self._settings(status_write, confined), self.site_packages),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=_scrubbed_env(workdir),
+                cwd="/" if confined else workdir,
+                env=_scrubbed_env("/work" if confined else workdir),
                 pass_fds=(status_write,),
                 start_new_session=True,  # its own process group, killed as a whole
             )
             os.close(status_write)
             status_write = -1
             timed_out = not await self._send_and_wait(child, code)
-            child.kill_group()  # the timed-out child, and whatever it left behind in its group
+            await child.stop()  # the timed-out call, and whatever it left behind
             await child.exited
             await _wait_briefly(child.closed, _DRAIN_AFTER_EXIT_S)
-            return self._result(child, timed_out, _read_status(status_read), time.monotonic() - started)
+            status = _read_status(status_read)
+            if confined and status.startswith("boundary=0"):
+                self.refusal = status[11:] or "no reason given"
+                return None
+            return self._result(child, timed_out, status, time.monotonic() - started)
         finally:
             for fd in (status_read, status_write):
                 if fd >= 0:
@@ -205,7 +320,8 @@ class PythonSandbox(Tool):
             if child.transport is not None:
                 child.transport.close()
             self._forget(instance_id, child)
-            _remove_tree(workdir)
+            if workdir is not None:
+                _remove_tree(workdir)
 
     def _forget(self, instance_id: str, child: _Child) -> None:
         runs = self._live.get(instance_id)
@@ -214,11 +330,15 @@ class PythonSandbox(Tool):
             if not runs:
                 del self._live[instance_id]
 
-    def _command(self, status_fd: int) -> list[str]:
-        settings = dict(self.limits, status_fd=status_fd, isolate_network=self.isolate_network,
-                        require_network_isolation=self.require_network_isolation)
-        flags = ["-I", "-u", "-B"] + ([] if self.site_packages else ["-S"])
-        return [sys.executable, *flags, sandbox_child.__file__, json.dumps(settings)]
+    def _settings(self, status_fd: int, confined: bool) -> dict[str, Any]:
+        """What the launcher (or, unconfined, the child) needs to know."""
+        settings = dict(self.limits, status_fd=status_fd, isolate_network=self.isolate_network)
+        if confined:
+            settings.update(readonly_paths=list(self.readonly_paths), site_packages=self.site_packages,
+                            work_bytes=self.work_bytes)
+        else:
+            settings.update(require_network_isolation=self.require_network_isolation)
+        return settings
 
     async def _send_and_wait(self, child: _Child, code: str) -> bool:
         """Send the code and wait for the child to exit; False when the wall-clock timeout expired first."""
@@ -230,14 +350,19 @@ class PythonSandbox(Tool):
         return await _wait_briefly(child.exited, self.timeout_s)
 
     def _result(self, run: _Child, timed_out: bool, status: str, seconds: float) -> ToolResult:
-        isolated = status.startswith("net=1")
-        if self.isolate_network and not isolated:
-            self._warn_network(status)
+        if run.confined:
+            isolated = self.isolate_network and status == "boundary=1"
+        else:
+            isolated = status.startswith("net=1")
+            if self.isolate_network and not isolated:
+                self._warn_network(status)
         output, truncated = self._shown_output(run)
         assert run.transport is not None
         returncode = run.transport.get_returncode()
         if timed_out:
             head = f"error: timed out after {self.timeout_s:g} s"
+        elif run.confined and status.startswith("error "):
+            head = f"error: {status[6:]}"
         elif returncode == sandbox_child.ISOLATION_REFUSED and self.require_network_isolation and not isolated:
             head = f"error: network isolation is required but unavailable here ({status[6:] or 'no status'})"
         elif returncode and returncode < 0:
@@ -252,6 +377,7 @@ class PythonSandbox(Tool):
             text = output if output else "(no output)"
         metrics = {
             "ok": 0.0 if head else 1.0,
+            "confined": float(run.confined),
             "timed_out": float(timed_out),
             "network_isolated": float(isolated),
             "truncated": float(truncated),
@@ -284,6 +410,13 @@ def _scrubbed_env(workdir: str) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def _absolute_paths(paths: Any) -> tuple[str, ...]:
+    """``readonly_paths`` checked: a list of absolute paths (shown at the same place inside)."""
+    if isinstance(paths, str) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
+        raise ValueError(f"python tool: readonly_paths must be a list of absolute paths, got {paths!r}")
+    return tuple(os.path.normpath(p) for p in paths)
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -1,7 +1,8 @@
 """The child side of the ``python`` tool: confine this process, then run the code read from stdin.
 
-Run as a script by :class:`rlhfctl.agents.tools.PythonSandbox` (``python -I -S -u sandbox_child.py
-<settings json>``), never imported by user code. It uses the standard library only, since the isolated
+Run as a script by :class:`rlhfctl.agents.tools.PythonSandbox` with ``allow_unconfined`` where the kernel
+refuses the boundary of :mod:`rlhfctl.agents.tools.sandbox_boundary` (``python -I -S -u sandbox_child.py
+<settings>``, a dict in :mod:`marshal`'s format, hex-encoded), never imported by user code. It uses the standard library only, since the isolated
 interpreter sees no site-packages. Before the user's code runs it:
 
 1. enters a new user and network namespace when asked (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``),
@@ -16,11 +17,10 @@ anything.
 from __future__ import annotations
 
 import ctypes
-import json
+import marshal
 import os
 import resource
 import sys
-import traceback
 import types
 
 CLONE_NEWUSER = 0x10000000
@@ -79,6 +79,8 @@ def run_user_code(source: str) -> None:
     try:
         code = compile(source, "<code>", "exec")
     except (SyntaxError, ValueError) as error:
+        import traceback  # here, not at the top: it costs ~10 ms of start-up that a call without an error skips
+
         traceback.print_exception(type(error), error, None)
         sys.exit(1)
     sys.argv = ["<code>"]
@@ -89,6 +91,8 @@ def run_user_code(source: str) -> None:
     except SystemExit:
         raise
     except BaseException as error:  # noqa: BLE001 - the user's error, reported as Python would
+        import traceback  # as above: only on an error
+
         traceback.print_exception(type(error), error, error.__traceback__.tb_next)
         sys.stderr.flush()
         sys.exit(1)
@@ -96,7 +100,7 @@ def run_user_code(source: str) -> None:
 
 def main() -> None:
     """Read settings from argv and code from stdin, confine, run."""
-    settings = json.loads(sys.argv[1])
+    settings = marshal.loads(bytes.fromhex(sys.argv[1]))
     refused = enter_network_namespace() if settings["isolate_network"] else "disabled by config"
     set_limits(settings)
     source = sys.stdin.buffer.read().decode("utf-8", errors="replace")
