@@ -12,10 +12,17 @@ Two strategies (``roles.<role>.strategy``):
 
 Frozen roles (reference, reward model) store their weights in ``model.dtype`` under both strategies.
 
-Sampling and the no-gradient scoring passes run inside :func:`serving`: under FSDP2 the weights are
-gathered once (compute dtype) for the whole call, so ranks may run different numbers of forward passes
-(sampling stops at EOS per rank) without a collective per step. Issue-18-style weight sync reads the
-full weights through :func:`full_state_items`, whatever the strategy.
+Sampling runs inside :func:`serving`: under FSDP2 the weights are gathered once (compute dtype) for the
+whole call, so ranks may run different numbers of forward passes (sampling stops at EOS per rank) without
+a collective per step. The no-gradient scoring passes (reference and old log-probs, values, a reward
+model's scores) run inside :func:`scoring`: FSDP2 gathers one unit at a time for its forward and frees it
+after, so no rank ever holds the whole model; each forward is then a collective, and the scoring loops
+run as many micro-batches on every rank (``workers.micro_batches.scoring_slices``). Issue-18-style weight
+sync reads the full weights through :func:`full_state_items`, whatever the strategy.
+
+The FSDP2 mesh is built on the role's device type (:func:`mesh_device_type`), so a CPU role on a GPU host
+shards over gloo on the CPU. ``fsdp.param_offload`` / ``fsdp.optimizer_offload`` keep a role's shards in
+host memory between its calls (``workers.offload``).
 """
 
 from __future__ import annotations
@@ -47,18 +54,24 @@ __all__ = [
     "clip_grad_norm",
     "collective_device",
     "engine_settings",
+    "forwards_are_collective",
     "full_state_dict",
     "full_tensor",
     "full_state_items",
     "is_sharded",
     "local_state_bytes",
     "materialize",
+    "mesh_device_type",
     "resolve_strategy",
+    "scoring",
+    "scoring_grad_mode",
     "serving",
     "shard_model",
 ]
 
-FSDP_DEFAULTS: dict[str, Any] = {"reshard_after_forward": True, "cpu_offload": False}
+FSDP_DEFAULTS: dict[str, Any] = {
+    "reshard_after_forward": True, "cpu_offload": False, "param_offload": False, "optimizer_offload": False,
+}
 
 
 def _same_args(group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
@@ -82,6 +95,8 @@ class EngineSettings:
     trainable: bool
     reshard_after_forward: bool = True
     cpu_offload: bool = False
+    param_offload: bool = False
+    optimizer_offload: bool = False
 
     @property
     def storage_dtype(self) -> torch.dtype:
@@ -108,6 +123,8 @@ def engine_settings(
         trainable=trainable,
         reshard_after_forward=bool(fsdp["reshard_after_forward"]),
         cpu_offload=bool(fsdp["cpu_offload"]),
+        param_offload=bool(fsdp["param_offload"]),
+        optimizer_offload=bool(fsdp["optimizer_offload"]),
     )
 
 
@@ -149,12 +166,23 @@ def is_sharded(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
+def mesh_device_type(device: torch.device, cuda_available: bool) -> str:
+    """The device type of a role's FSDP2 mesh: the role's own. ``fully_shard`` without a mesh takes the
+    host's accelerator, which is CUDA on a GPU host even for a ``use_gpu: false`` role on gloo."""
+    if device.type == "cuda" and not cuda_available:
+        raise RuntimeError("an FSDP2 role on a CUDA device needs CUDA, which this process does not see")
+    return device.type
+
+
 def _fully_shard(module: nn.Module, settings: EngineSettings, device: torch.device) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     _ensure_group(device)
     mixed = settings.compute_dtype != settings.storage_dtype
+    mesh = init_device_mesh(mesh_device_type(device, torch.cuda.is_available()), (_world(),))
     options: dict[str, Any] = {
+        "mesh": mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=settings.compute_dtype if mixed else None, reduce_dtype=torch.float32),
         "reshard_after_forward": settings.reshard_after_forward,
     }
@@ -301,28 +329,70 @@ def _buffers_to(module: nn.Module, device: torch.device) -> None:
 # --------------------------------------------------------------------------- running
 
 
+_GATHERED = "_rlhfctl_gathered"  # set on the FSDP2 units while serving() holds them whole
+
+
+def _autocast(module: nn.Module, settings: EngineSettings) -> contextlib.AbstractContextManager:
+    if settings.autocast:
+        return torch.autocast(module_device(module).type, dtype=settings.compute_dtype)
+    return contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def serving(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
-    """Sampling and scoring without gradients: FSDP2 gathers the weights once for the whole block (no
-    collective per forward, so ranks may run different numbers of steps); DDP autocasts as in training."""
+    """Sampling without gradients: FSDP2 gathers the weights once for the whole block (no collective per
+    forward, so ranks may run different numbers of steps); DDP autocasts as in training."""
     if settings.strategy != "fsdp2":
-        context = torch.autocast(module_device(module).type, dtype=settings.compute_dtype) if settings.autocast else contextlib.nullcontext()
-        with context:
+        with _autocast(module, settings):
             yield module
         return
-    from torch.distributed.fsdp import FSDPModule
-
-    wrapped = [sub for sub in module.modules() if isinstance(sub, FSDPModule)]
+    wrapped = [sub for sub in module.modules() if is_sharded(sub)]
     for sub in wrapped:
         sub.unshard()
     for sub in wrapped:
         sub.set_reshard_after_forward(False, recurse=False)
+        setattr(sub, _GATHERED, True)
+    try:
+        yield module
+    finally:
+        for sub in wrapped:
+            setattr(sub, _GATHERED, False)
+            sub.set_reshard_after_forward(settings.reshard_after_forward, recurse=False)
+            sub.reshard()
+
+
+@contextlib.contextmanager
+def scoring(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
+    """The no-gradient scoring passes: FSDP2 gathers each unit for its own forward and frees it after, so
+    a rank holds one unit whole at a time, not the model. Every forward is then a collective: run as many
+    on every rank (``workers.micro_batches.scoring_slices``). DDP autocasts as in training."""
+    if settings.strategy != "fsdp2":
+        with _autocast(module, settings):
+            yield module
+        return
+    wrapped = [sub for sub in module.modules() if is_sharded(sub)]
+    for sub in wrapped:
+        sub.set_reshard_after_forward(True, recurse=False)
     try:
         yield module
     finally:
         for sub in wrapped:
             sub.set_reshard_after_forward(settings.reshard_after_forward, recurse=False)
             sub.reshard()
+
+
+def forwards_are_collective(module: nn.Module) -> bool:
+    """Whether a forward of ``module`` gathers FSDP2 units from other ranks, so every rank must run it as
+    often: FSDP2 at world > 1, outside :func:`serving`'s whole-model gather."""
+    units = [sub for sub in module.modules() if is_sharded(sub)]
+    return bool(units) and _world() > 1 and not all(getattr(sub, _GATHERED, False) for sub in units)
+
+
+def scoring_grad_mode(module: nn.Module) -> contextlib.AbstractContextManager:
+    """``no_grad`` where a forward gathers FSDP2 units (gathered into FSDP's own buffers, which must not
+    become inference tensors that training then cannot write), else the cheaper ``inference_mode``."""
+    per_unit = any(is_sharded(sub) and not getattr(sub, _GATHERED, False) for sub in module.modules())
+    return torch.no_grad() if per_unit else torch.inference_mode()
 
 
 def module_device(module: nn.Module) -> torch.device:

@@ -21,7 +21,9 @@ import torch
 from torch import nn
 
 from rlhfctl.algorithms import token_log_probs
+from workers.engine import forwards_are_collective, scoring_grad_mode
 from workers.forward import lm_forward, output_layer, scoring_head
+from workers.micro_batches import scoring_slices
 from workers.packing import packed_response_log_probs
 from workers.sampling.prompt_sharing import shared_prompt_logits, shared_prompt_scores
 
@@ -128,16 +130,17 @@ def response_log_probs(
     padding_free: bool = False,
     chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`sequence_log_probs` without gradients, in micro-batches; results on the CPU."""
+    """:func:`sequence_log_probs` without gradients, in micro-batches; results on the CPU. Where forwards
+    gather FSDP2 units, every rank runs as many micro-batches (``workers.micro_batches.scoring_slices``)."""
     rows = batch["responses"].shape[0]
-    step = rows if not micro_batch_size else max(1, int(micro_batch_size))
     keys = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key in batch]
     log_prob_parts, entropy_parts = [], []
-    # inference_mode skips autograd's bookkeeping; the concatenations below run outside it, so the
-    # results are ordinary tensors (the local backend hands them straight to update_actor's loss).
-    with torch.inference_mode():
-        for start in range(0, rows, step):
-            micro = {key: batch[key][start : start + step].to(device) for key in keys}
+    slices = scoring_slices(rows, micro_batch_size, balance=forwards_are_collective(model), device=device)
+    # inference_mode (where FSDP2 does not gather per unit) skips autograd's bookkeeping; the concatenations
+    # below run outside it, so the results are ordinary tensors (the local backend hands them to update_actor).
+    with scoring_grad_mode(model):
+        for rows_slice, keep in slices:
+            micro = {key: batch[key][rows_slice].to(device) for key in keys}
             log_probs, entropy = sequence_log_probs(
                 model,
                 micro,
@@ -146,6 +149,8 @@ def response_log_probs(
                 padding_free=padding_free,
                 chunk_tokens=chunk_tokens,
             )
+            if not keep:  # a repeat that keeps this rank's forward count equal to the others'
+                continue
             log_prob_parts.append(log_probs.cpu())
             if entropy is not None:
                 entropy_parts.append(entropy.cpu())

@@ -11,6 +11,11 @@ pad excluded) instead of a row count, as verl's ``use_dynamic_bsz`` / ``ppo_max_
 rows go, longest first, into the first micro-batch with room. Under data parallelism every rank then
 runs the largest count any rank needs (splitting its fullest micro-batches), so gradient
 synchronisation is entered the same number of times on every rank.
+
+The no-gradient scoring passes (log-probs, values, reward-model scores) slice their rows with
+:func:`scoring_slices`. Where each forward gathers FSDP2 units (``workers.engine.forwards_are_collective``),
+a rank with fewer micro-batches than another runs its last one again, as often as it must, and drops
+those results, so every rank enters the same number of forwards.
 """
 
 from __future__ import annotations
@@ -20,7 +25,14 @@ import torch.distributed as dist
 
 from rlhfctl.algorithms.policy_losses import policy_loss_averages_rows
 
-__all__ = ["TokenBudgetError", "loss_token_counts", "micro_batch_shares", "split_by_rows", "split_by_tokens"]
+__all__ = [
+    "TokenBudgetError",
+    "loss_token_counts",
+    "micro_batch_shares",
+    "scoring_slices",
+    "split_by_rows",
+    "split_by_tokens",
+]
 
 
 class TokenBudgetError(ValueError):
@@ -49,12 +61,16 @@ def _first_fit(indices: torch.Tensor, lengths: torch.Tensor, budget: int) -> lis
     return bins
 
 
-def _largest_count(count: int, device: torch.device) -> int:
+def _largest_counts(counts: list[int], device: torch.device) -> list[int]:
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return count
-    value = torch.tensor([count], dtype=torch.int64, device=device)
+        return counts
+    value = torch.tensor(counts, dtype=torch.int64, device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return int(value.item())
+    return [int(item) for item in value.tolist()]
+
+
+def _largest_count(count: int, device: torch.device) -> int:
+    return _largest_counts([count], device)[0]
 
 
 def split_by_tokens(
@@ -78,6 +94,20 @@ def split_by_tokens(
         members = bins.pop(fullest)
         bins += [members[0::2], members[1::2]]
     return [torch.tensor(members, dtype=torch.long) for members in bins]
+
+
+def scoring_slices(rows: int, size: int | None, *, balance: bool, device: torch.device) -> list[tuple[slice, bool]]:
+    """Row slices of a scoring pass, ``size`` rows each (one slice when None), with whether each result is
+    kept. With ``balance`` every rank gets the largest count any rank needs: the extra slices repeat the
+    last one (kept False), so a collective forward is entered as often on every rank."""
+    step = rows if not size else max(1, int(size))
+    pieces = [(slice(start, start + step), True) for start in range(0, rows, max(1, step))]
+    if not balance:
+        return pieces
+    wanted, empty = _largest_counts([len(pieces), int(not pieces)], device)
+    if empty:  # raised on every rank, lest the others wait for this one's forwards
+        raise ValueError("a rank got 0 rows for a scoring pass whose forwards gather FSDP2 units; every rank needs a row")
+    return pieces + [(pieces[-1][0], False)] * (wanted - len(pieces))
 
 
 def micro_batch_shares(pieces: list[torch.Tensor], loss_tokens: torch.Tensor | None) -> list[float]:

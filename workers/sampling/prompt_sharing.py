@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.engine import is_sharded
+from workers.engine import forwards_are_collective, is_sharded
 from workers.forward import base_model, cache_from, lm_forward
 from workers.sampling.kv_cache import full_attention_cache
 from workers.training import unwrap
@@ -96,8 +96,8 @@ def _shared_plan(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> _Shared
     inner = base_model(model)
     if inner.training and _checkpointing(inner):
         return None
-    if torch.is_grad_enabled() and is_sharded(inner):
-        return None  # FSDP2 gathers weights per forward in training: every rank must run the same passes
+    if forwards_are_collective(model) or (torch.is_grad_enabled() and is_sharded(inner)):
+        return None  # FSDP2 gathers weights per forward (training, scoring): every rank must run the same passes
     first, inverse = distinct_prompt_rows(input_ids[:, :prompt_width], attention_mask[:, :prompt_width])
     saved = (rows - first.shape[0]) * prompt_width
     if saved == 0:
