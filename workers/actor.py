@@ -15,11 +15,12 @@ from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import serving
+from workers.engine import scoring, serving
 from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
 from workers.lora import adapter_disabled, apply_lora, is_lora
 from workers.memory import StateObserver
 from workers.micro_batches import loss_token_counts
+from workers.offload import on_device
 from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
 from rlhfctl.agents.trajectory import response_width
 from workers.sampling.agent_rollout import agent_rollout_for, hf_batch_generate
@@ -67,6 +68,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
 
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @on_device
     def init_model(self) -> None:
         """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
         DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
@@ -136,7 +138,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
     def _probe_gap(self, probe: DataProto) -> tuple[float, int]:
         """The actor's log-probs of a sync probe's samples against the engine's: mean gap and token count."""
         self.module.eval()
-        with serving(self.module, self.engine):
+        with scoring(self.module, self.engine):
             actor, _ = self._response_log_probs(probe, with_entropy=False)
         return log_prob_gap(actor, probe)
 
@@ -147,6 +149,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
 
     # ------------------------------------------------------------------ rollout and scoring
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sample ``rollout.n`` responses per left-padded prompt row (meta_info may override sampling).
 
@@ -204,16 +207,18 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         return rollout_batch(prompts, responses, response_mask, self.tokenizer, params, {"rollout_log_probs": log_probs})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs and entropies of ``responses`` under the current policy: ``old_log_probs``, ``entropys``."""
         self._require_model()
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_log_prob")
         self.module.eval()
-        with serving(self.module, self.engine):
+        with scoring(self.module, self.engine):
             log_probs, entropy = self._response_log_probs(data, with_entropy=True)
         return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Reference log-probs (``ref_log_prob``) with the LoRA adapter disabled; LoRA actors only."""
         self._require_model()
@@ -224,7 +229,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
             )
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
         self.module.eval()
-        with serving(self.module, self.engine), adapter_disabled(self.module):
+        with scoring(self.module, self.engine), adapter_disabled(self.module):
             log_probs, _ = self._response_log_probs(data, with_entropy=False)
         return DataProto.from_dict({"ref_log_prob": log_probs})
 
@@ -246,6 +251,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
 
     # ------------------------------------------------------------------ training
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def update_actor(self, data: DataProto) -> dict[str, float]:
         """PPO epochs over shuffled mini-batches (micro-batched, grad-accumulated, clipped); returns
         rank-averaged metrics ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``,
@@ -319,6 +325,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
             )
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @on_device
     def load_checkpoint(self, directory: str) -> None:
         """Restore ``<directory>/<role>/``; the engine takes the restored weights before its next rollout."""
         super().load_checkpoint(directory)

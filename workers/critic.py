@@ -12,10 +12,11 @@ from rlhfctl.algorithms import value_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import serving
+from workers.engine import forwards_are_collective, scoring
 from workers.log_probs import position_ids_from_mask
 from workers.memory import StateObserver
-from workers.micro_batches import loss_token_counts
+from workers.micro_batches import loss_token_counts, scoring_slices
+from workers.offload import on_device
 from workers.packing import packed_response_values
 from workers.recipe import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
 from workers.trainable import TrainableRoleWorker
@@ -62,6 +63,7 @@ class CriticWorker(TrainableRoleWorker):
         self.update_calls = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @on_device
     def init_model(self) -> None:
         """Build tokenizer, value model (placed by ``roles.critic.strategy``), optimizer and LR scheduler."""
         self._init_trained_model()
@@ -72,26 +74,29 @@ class CriticWorker(TrainableRoleWorker):
         return self._load_trained(load_token_value_model, model_cfg)
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def compute_values(self, data: DataProto) -> DataProto:
         """Per-token values of the responses, zero past the response mask: ``values`` (B, R)."""
         self._require_model()
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_values")
         self.module.eval()
         keys = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key in data.batch]
-        rows = len(data)
-        step = int(self.config["micro_batch_size"] or rows)
         parts = []
         padding_free = self.padding_free(self.module)
-        with serving(self.module, self.engine), torch.no_grad():
-            for start in range(0, rows, step):
-                micro = {key: data.batch[key][start : start + step].to(self.device) for key in keys}
-                parts.append(response_values(self.module, micro, padding_free).cpu())
+        with scoring(self.module, self.engine), torch.no_grad():
+            balance = forwards_are_collective(self.module)
+            for rows, keep in scoring_slices(len(data), self.config["micro_batch_size"], balance=balance, device=self.device):
+                micro = {key: data.batch[key][rows].to(self.device) for key in keys}
+                values = response_values(self.module, micro, padding_free)
+                if keep:  # not a repeat that only keeps this rank's forward count equal to the others'
+                    parts.append(values.cpu())
         values = torch.cat(parts)
         if "response_mask" in data.batch:
             values = values * data.batch["response_mask"].to(values.dtype)
         return DataProto.from_dict({"values": values})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Clipped value-loss epochs over mini-batches; returns rank-averaged ``critic/vf_loss``,
         ``critic/vf_clipfrac``, ``critic/vpred_mean``, ``critic/grad_norm``, ``critic/lr``, and the largest

@@ -9,8 +9,9 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import serving
+from workers.engine import scoring
 from workers.log_probs import response_log_probs
+from workers.offload import on_device
 from workers.recipe import REFERENCE_DEFAULTS, model_config, role_config, rollout_config
 from workers.role import RoleWorker
 
@@ -31,6 +32,7 @@ class ReferenceWorker(RoleWorker):
         self.model: nn.Module | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @on_device
     def init_model(self) -> None:
         """Build the tokenizer and the frozen model (eval mode, no gradients)."""
         from rlhfctl.models.loading import load_causal_lm, load_tokenizer
@@ -47,12 +49,13 @@ class ReferenceWorker(RoleWorker):
         self.model.eval()
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs of ``responses`` under the reference policy: ``ref_log_prob`` (B, R)."""
         self._require_model()
         self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
         temperature = data.meta_info.get("temperature", self.rollout["temperature"])
-        with serving(self.model, self.engine):
+        with scoring(self.model, self.engine):
             log_probs, _ = response_log_probs(
                 self.model,
                 data.batch,

@@ -15,7 +15,9 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, rank_progress, register
 from rlhfctl.tasks.reward_fn import NAMED_SCORE_PREFIX, named_score_column
-from workers.engine import serving
+from workers.engine import forwards_are_collective, scoring
+from workers.micro_batches import scoring_slices
+from workers.offload import on_device
 from workers.packing import packed_sequence_scores
 from workers.recipe import (
     REWARD_DEFAULTS,
@@ -96,6 +98,7 @@ class RewardWorker(RoleWorker):
         self._ready = False
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @on_device
     def init_model(self) -> None:
         """Load the reward function, or the reward model and its tokenizer."""
         self._setup_process(distributed=False)
@@ -157,6 +160,7 @@ class RewardWorker(RoleWorker):
         return [tokenizer.decode(row[keep.bool()].tolist(), skip_special_tokens=True) for row, keep in zip(ids, mask)]
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def compute_rewards(self, data: DataProto) -> DataProto:
         """``token_level_scores`` (B, R) with the reward at the last valid response token, plus non-tensor
         ``score`` (the function's or model's raw score, float), ``reward_error`` (True where on_error=zero
@@ -248,15 +252,17 @@ class RewardWorker(RoleWorker):
     def _model_scores(self, prompts: list[str], responses: list[str]) -> list[float]:
         """Sequence-classifier score of prompt + response, read at the last non-pad token."""
         texts = [prompt + response for prompt, response in zip(prompts, responses)]
-        step = int(self.config["batch_size"] or len(texts) or 1)
         scores: list[float] = []
-        with serving(self.model, self.engine):
-            for start in range(0, len(texts), step):
-                encoded = self.model_tokenizer(texts[start : start + step], padding=True, return_tensors="pt")
+        with scoring(self.model, self.engine):
+            balance = forwards_are_collective(self.model)
+            for rows, keep in scoring_slices(len(texts), self.config["batch_size"], balance=balance, device=self.device):
+                encoded = self.model_tokenizer(texts[rows], padding=True, return_tensors="pt")
                 encoded = {key: encoded[key].to(self.device) for key in ("input_ids", "attention_mask")}
                 if self.padding_free(self.model):
-                    scores.extend(packed_sequence_scores(self.model, **encoded).cpu().tolist())
+                    batch_scores = packed_sequence_scores(self.model, **encoded)
                 else:
-                    scores.extend(self.model(**encoded).logits[:, 0].float().cpu().tolist())
-                rank_progress.report(len(scores), len(texts), "rows")
+                    batch_scores = self.model(**encoded).logits[:, 0]
+                if keep:  # not a repeat that only keeps this rank's forward count equal to the others'
+                    scores.extend(batch_scores.float().cpu().tolist())
+                    rank_progress.report(len(scores), len(texts), "rows")
         return scores

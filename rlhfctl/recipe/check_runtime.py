@@ -237,7 +237,8 @@ def _check_task(cfg: Any) -> list[Issue]:
 
 
 def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
-    """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload`` without fsdp2."""
+    """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload``,
+    ``param_offload`` or ``optimizer_offload`` without fsdp2."""
     from rlhfctl.recipe.resolve import resolve_strategy  # the one home of the strategy default
 
     issues = []
@@ -255,10 +256,13 @@ def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
         fsdp = section.get("fsdp") or {}
         pool = pools.get(str(section.get("pool")))
         world = pool.world_size if pool is not None else 1
-        if fsdp.get("cpu_offload") and resolve_strategy(strategy, world) != "fsdp2":
-            key = f"roles.{role}.fsdp.cpu_offload"
-            why = f"roles.{role}.strategy is {strategy}" if strategy else f"the role has {world} rank, so its strategy is ddp"
-            issues.append(error(key, f"{key}: CPU offload needs strategy fsdp2, but {why}; set roles.{role}.strategy: fsdp2"))
+        for option in ("cpu_offload", "param_offload", "optimizer_offload"):
+            if fsdp.get(option) and resolve_strategy(strategy, world) != "fsdp2":
+                key = f"roles.{role}.fsdp.{option}"
+                why = f"roles.{role}.strategy is {strategy}" if strategy else f"the role has {world} rank, so its strategy is ddp"
+                what = {"cpu_offload": "CPU offload", "param_offload": "Parameter offload",
+                        "optimizer_offload": "Optimizer offload"}[option]
+                issues.append(error(key, f"{key}: {what} needs strategy fsdp2, but {why}; set roles.{role}.strategy: fsdp2"))
     return issues
 
 

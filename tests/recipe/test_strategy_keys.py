@@ -20,6 +20,8 @@ def runner():
     (["roles.reward.strategy=fsdp2"], "roles.reward.strategy"),  # a reward function has no model to shard
     (["roles.actor.strategy=ddp", "roles.actor.fsdp.cpu_offload=true"], "roles.actor.fsdp.cpu_offload"),
     (["resource_pools.main.process_on_nodes=[1]", "roles.actor.fsdp.cpu_offload=true"], "roles.actor.fsdp.cpu_offload"),
+    (["roles.actor.strategy=ddp", "roles.actor.fsdp.param_offload=true"], "roles.actor.fsdp.param_offload"),
+    (["resource_pools.main.process_on_nodes=[1]", "roles.actor.fsdp.optimizer_offload=true"], "roles.actor.fsdp.optimizer_offload"),
     (["roles.actor.strategy=zero3"], "roles.actor.strategy"),
 ])
 def test_bad_strategy_settings_exit_2_naming_the_key(runner, tmp_path, overrides, key):
@@ -27,10 +29,13 @@ def test_bad_strategy_settings_exit_2_naming_the_key(runner, tmp_path, overrides
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert key in result.stderr
+    if "offload" in key:
+        assert "needs strategy fsdp2" in result.stderr and "set roles.actor.strategy: fsdp2" in result.stderr
 
 
 def test_fsdp2_with_offload_and_export_dtype_validate(runner, tmp_path):
     overrides = ["roles.actor.strategy=fsdp2", "roles.actor.fsdp.cpu_offload=true", "roles.reference.strategy=ddp",
+                 "roles.actor.fsdp.param_offload=true", "roles.actor.fsdp.optimizer_offload=true",
                  "trainer.export_dtype=bfloat16", "roles.actor.fsdp.reshard_after_forward=false"]
     result = runner.invoke(app, ["validate", str(write_recipe(tmp_path, BASE_RECIPE)), *overrides])
     assert result.exit_code == 0, result.output
