@@ -189,3 +189,36 @@ def test_train_refuses_a_misfit_before_launch_with_exit_2(configs, tmp_path, mon
     assert "error: memory plan: pool main's vLLM engine (actor.generate_sequences)" in result.stderr
     assert "try rollout.vllm.tensor_parallel_size 4 (now 1;" in result.stderr
     assert not output.exists()  # refused before the output directory, Ray or any worker
+
+
+def _tiny_plan(actor: dict, rollout: dict | None = None, use_gpu: bool = True):
+    from rlhfctl.recipe.memory_plan import plan_memory
+    from rlhfctl.recipe.pools import PoolInfo
+    from tests.workers.recipes import tiny_recipe
+
+    recipe = tiny_recipe(roles={"actor": actor}, rollout=rollout or {})
+    return plan_memory(recipe, {"main": PoolInfo("main", ("actor",), (1,), use_gpu, 4, None)}, 80 * GIB)
+
+
+def test_a_mixtral_counts_every_expert_and_its_activations_by_the_two_active():
+    def mixtral(experts: int, active: int) -> dict:
+        return {"model": {"config": {"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
+                                     "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
+                                     "num_local_experts": experts, "num_experts_per_tok": active,
+                                     "max_position_embeddings": 128}}}
+
+    four, two, one = _tiny_plan(mixtral(4, 2)), _tiny_plan(mixtral(2, 2)), _tiny_plan(mixtral(4, 1))
+    # two more experts in each of 2 layers: gate, up and down (3 x 64 x 96) and their router rows (64 each)
+    assert four.roles[0].parameters - two.roles[0].parameters == 2 * 2 * (3 * 64 * 96 + 64)
+    top2, top1 = (plan.phase_terms("main")["actor.compute_log_prob"]["actor activations"] for plan in (four, one))
+    # per token: 4 x hidden + 3 x (active experts x expert width): 4 x 64 + 3 x 2 x 96 against 4 x 64 + 3 x 96
+    assert top2 * (4 * 64 + 3 * 96) == top1 * (4 * 64 + 3 * 2 * 96)
+
+
+def test_a_cpu_engine_at_tensor_parallel_2_holds_half_the_weights():
+    whole = _tiny_plan({}, {"engine": "vllm"}, use_gpu=False)
+    half = _tiny_plan({}, {"engine": "vllm", "vllm": {"tensor_parallel_size": 2}}, use_gpu=False)
+    parameters = whole.roles[0].parameters
+    engine = [plan.phase_terms("main")["actor.generate_sequences"]["vLLM engine"] for plan in (whole, half)]
+    assert engine[0] - engine[1] == (parameters - -(-parameters // 2)) * 4  # float32 tiny model
+    assert whole.engines == {} == half.engines  # no share of a device to check on CPU
