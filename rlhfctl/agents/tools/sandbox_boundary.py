@@ -201,12 +201,13 @@ def build_root(shown: list[tuple[str, int | str]], settings: dict, uid: int, gid
 
 
 def _populate(settings: dict, uid: int, gid: int) -> None:
-    """The writable /work (also /tmp and /dev/shm), the devices, /proc and the names of the sandbox user."""
+    """The writable /work (also at /tmp and /dev/shm), the devices, /proc and the names of the sandbox user."""
     for folder in ("work", "tmp", "dev/shm", "proc", "etc"):
         os.makedirs(folder, exist_ok=True)
     _mount("tmpfs", "work", "tmpfs", MS_NOSUID | MS_NODEV, f"size={settings['work_bytes']},mode=0700")
     for alias in ("tmp", "dev/shm"):
-        _mount("work", alias, None, MS_BIND)
+        if not os.listdir(alias):  # one holding a shown path (a readonly_paths entry under /tmp) stays read-only
+            _mount("work", alias, None, MS_BIND)
     for device in DEVICES:
         open(f"dev/{device}", "x").close()
         _mount(f"/dev/{device}", f"dev/{device}", None, MS_BIND)
