@@ -52,10 +52,10 @@ class SandboxUnavailable(RuntimeError):
 def refusal_message(why: str, tool_key: str = "rollout.multi_turn.tools[i]") -> str:
     """What to tell a user whose host refuses the boundary: the kernel's reason and the key that opts out."""
     return (
-        f"the python tool's sandbox cannot be built on this host ({why}); the code would run without its "
-        f"boundary (its files, processes and network unprotected). Allow user namespaces (e.g. "
-        f"sysctl kernel.unprivileged_userns_clone=1, or a container with --security-opt seccomp=unconfined), "
-        f"or set {tool_key}.config.allow_unconfined: true to run with resource limits only (docs/security.md)"
+        f"the python tool's sandbox cannot be built on this host ({why}): the kernel refuses the user, mount and "
+        f"PID namespaces it needs. Allow them (in a container: a seccomp profile that permits unshare and mount), "
+        f"or set {tool_key}.config.allow_unconfined: true to run the code with resource limits only, without the "
+        f"boundary (docs/security.md)"
     )
 
 
