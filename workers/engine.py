@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlhfctl.models.loading import cast_parameters, resolve_dtype
+from rlhfctl.models.loading import cast_parameters, resolve_dtype, trained_leaves
 from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home of the strategy default
 from rlhfctl.single_controller import register_dispatch_mode
 from rlhfctl.single_controller.worker import free_port
@@ -259,6 +259,8 @@ def materialize(
     frozen = settings.compute_dtype  # only trainable parameters keep float32 masters
     if settings.strategy != "fsdp2" or _world() == 1:
         module = cast_parameters(build(model_cfg), settings.storage_dtype, frozen)
+        for leaf in trained_leaves(module, frozen) if settings.strategy == "fsdp2" else ():
+            _fully_shard(leaf, settings, device)  # one dtype per FSDP2 unit (see trained_leaves)
         return module, shard_model(module, settings, device)
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -273,6 +275,8 @@ def materialize(
         except NotShardable as why:
             warnings.warn(f"model.path {model_cfg['path']!r}: {why}; rank 0 loads it whole and broadcasts", stacklevel=2)
         else:
+            for leaf in trained_leaves(full, frozen):
+                _fully_shard(leaf, settings, device)
             _fully_shard(full, settings, device)
             full.to_empty(device=torch.device("cpu") if settings.cpu_offload else device)
             full.load_report = loading.fill(full, _rank(), _world())
@@ -288,6 +292,8 @@ def materialize(
             full = cast_parameters(build(_meta_model_cfg(model_cfg)), settings.storage_dtype, frozen)
         state, buffers = {}, {}
     names = [name for name, _ in full.named_buffers()]
+    for leaf in trained_leaves(full, frozen):
+        _fully_shard(leaf, settings, device)
     _fully_shard(full, settings, device)
     # The broadcasts run where the group's backend can reach: NCCL only moves device tensors, so the
     # shards load on the device even with cpu_offload, and move to the host once loaded.

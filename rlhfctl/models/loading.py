@@ -69,6 +69,7 @@ __all__ = [
     "resolve_dtype",
     "save_hf_model",
     "token_values",
+    "trained_leaves",
     "unknown_config_keys",
 ]
 
@@ -200,6 +201,26 @@ def cast_parameters(module: nn.Module, dtype: torch.dtype, frozen_dtype: torch.d
             if parameter.is_floating_point() and parameter.dtype != target:
                 parameter.data = parameter.data.to(target)
     return module
+
+
+def trained_leaves(module: nn.Module, frozen_dtype: torch.dtype) -> list[nn.Module]:
+    """The modules whose own parameters train in a dtype other than ``frozen_dtype``, when the model also has
+    frozen parameters (a LoRA adapter's float32 ``lora_A`` / ``lora_B`` over a bf16 base); else none.
+
+    FSDP2 derives one dtype per unit from its trainable parameters at its first forward. peft's
+    ``disable_adapter`` (the reference pass) turns the adapter's ``requires_grad`` off, so a unit that mixed a
+    bf16 base with a float32 adapter could take no dtype and later write bf16 gradients into float32
+    masters: these modules become FSDP2 units of their own, each of one dtype.
+    """
+    parameters = list(module.parameters())
+    if not any(not p.requires_grad and p.is_floating_point() and p.dtype == frozen_dtype for p in parameters):
+        return []
+    leaves = []
+    for sub in module.modules():
+        own = list(sub.parameters(recurse=False))
+        if own and all(p.requires_grad and p.dtype != frozen_dtype for p in own):
+            leaves.append(sub)
+    return leaves
 
 
 @contextlib.contextmanager
