@@ -28,27 +28,6 @@ def run(code: str, tool: PythonSandbox | None = None, **config: object) -> ToolR
     return asyncio.run(tool.execute("t", {"code": textwrap.dedent(code)}))
 
 
-def gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (it does not exist, or is a zombie nobody has reaped yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
-
-
-def wait_until_gone(pid: int, within_s: float = 3.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while not gone(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.fixture
 def listening_port():
     """A TCP port on 127.0.0.1 that accepts connections, opened by the test process."""

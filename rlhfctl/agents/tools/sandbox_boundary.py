@@ -1,9 +1,9 @@
 """The boundary of the ``python`` tool: run code in fresh Linux namespaces, as bubblewrap and nsjail do.
 
 Run as a script by :class:`rlhfctl.agents.tools.PythonSandbox` (``python -I -S -u sandbox_boundary.py
-<settings>``, the code on stdin; the settings are a dict in
-:mod:`marshal`'s format, hex-encoded, as ``json`` alone would cost 12 ms of imports), never imported by user code. Standard library only (``ctypes`` for
-mount(2), pivot_root(2), mount_setattr(2), capset(2) and prctl(2)). Four processes take part:
+<settings>``, the code on stdin; the settings are a dict in :mod:`marshal`'s format, hex-encoded, as ``json``
+alone would add 12 ms of imports to every call), never imported by user code. Standard library only
+(``ctypes`` for mount(2), pivot_root(2), mount_setattr(2), capset(2) and prctl(2)). Four processes take part:
 
 - **launcher** (this script, in the host's namespaces): forks the *mapper*, calls ``unshare`` for new user,
   mount, PID, network, IPC and UTS namespaces, forks the *init*, and reports to the tool on the status
@@ -22,11 +22,11 @@ or ``error <why>`` (a configured path cannot be shown; exit ``SETUP_ERROR``).
 
 from __future__ import annotations
 
+import _signal as signal  # the C module: `signal` would import enum, 4 ms of every call's start-up
 import ctypes
 import marshal
 import os
 import resource
-import signal
 import sys
 
 REFUSED = 96
@@ -264,7 +264,8 @@ def run_init(settings: dict, code: str, report: int) -> None:
     try:
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         uid, gid = ids_inside()
-        shown = open_shown(shown_paths(settings["readonly_paths"], settings["site_packages"]), settings["readonly_paths"])
+        readonly = settings["readonly_paths"]
+        shown = open_shown(shown_paths(readonly, settings["site_packages"]), readonly)
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)  # caps in the new namespace stay until drop_privileges
         build_root(shown, settings, uid, gid)

@@ -2,8 +2,9 @@
 
 Run as a script by :class:`rlhfctl.agents.tools.PythonSandbox` with ``allow_unconfined`` where the kernel
 refuses the boundary of :mod:`rlhfctl.agents.tools.sandbox_boundary` (``python -I -S -u sandbox_child.py
-<settings>``, a dict in :mod:`marshal`'s format, hex-encoded), never imported by user code. It uses the standard library only, since the isolated
-interpreter sees no site-packages. Before the user's code runs it:
+<settings>``, a dict in :mod:`marshal`'s format, hex-encoded), never imported by user code; the boundary's
+worker also runs the code through :func:`run_user_code`. It uses the standard library only, since the
+isolated interpreter sees no site-packages. Before the user's code runs it:
 
 1. enters a new user and network namespace when asked (``unshare(CLONE_NEWUSER | CLONE_NEWNET)``),
    so only a loopback interface that is down exists, and maps its own uid/gid into the namespace;
