@@ -371,12 +371,16 @@ def serving(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
 def scoring(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
     """The no-gradient scoring passes: FSDP2 gathers each unit for its own forward and frees it after, so
     a rank holds one unit whole at a time, not the model. Every forward is then a collective: run as many
-    on every rank (``workers.micro_batches.scoring_slices``). DDP autocasts as in training."""
+    on every rank (``workers.micro_batches.scoring_slices``). Inside :func:`serving` the units are whole
+    already, and stay so. DDP autocasts as in training."""
     if settings.strategy != "fsdp2":
         with _autocast(module, settings):
             yield module
         return
     wrapped = [sub for sub in module.modules() if is_sharded(sub)]
+    if any(getattr(sub, _GATHERED, False) for sub in wrapped):
+        yield module
+        return
     for sub in wrapped:
         sub.set_reshard_after_forward(True, recurse=False)
     try:

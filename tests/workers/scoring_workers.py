@@ -10,7 +10,7 @@ import torch
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
-from workers import ActorWorker, CriticWorker, ReferenceWorker
+from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
 from workers.critic import response_values
 from workers.engine import scoring, serving
 
@@ -109,3 +109,19 @@ class PlacedReference(ReferenceWorker):
         places = storage_places(self.model, None, held)
         self.held = held
         return places
+
+
+class ScoringReward(RewardWorker):
+    """RewardWorker (a sequence-classifier model) plus ``uneven_scores``."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def uneven_scores(self, texts: list[str], rows: list[int]) -> dict[str, Any]:
+        """This rank's texts scored per unit (``roles.reward.batch_size`` at a time) and whole-model gathered,
+        with the forward count of the per-unit pass."""
+        start = sum(rows[: self.rank])
+        mine = texts[start : start + rows[self.rank]]
+        with _Forwards(self.model) as forwards:
+            per_unit = self._model_scores([""] * len(mine), mine)
+        with serving(self.model, self.engine):  # scoring() inside serving() keeps the units whole
+            gathered = self._model_scores([""] * len(mine), mine)
+        return {"per_unit": per_unit, "gathered": gathered, "forwards": forwards.count}

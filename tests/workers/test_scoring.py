@@ -12,8 +12,8 @@ import torch
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-from tests.workers.recipes import tiny_recipe
-from tests.workers.scoring_workers import ScoringActor, ScoringCritic
+from tests.workers.recipes import TINY_MODEL, tiny_recipe
+from tests.workers.scoring_workers import ScoringActor, ScoringCritic, ScoringReward
 from workers.engine import mesh_device_type
 from workers.micro_batches import scoring_slices
 
@@ -77,6 +77,18 @@ def test_per_unit_values_equal_the_whole_gather_with_uneven_ranks(ray_session):
     for rank, rows in zip(ranks, UNEVEN):
         assert rank["per_unit"].shape == (rows, RESPONSE)
         torch.testing.assert_close(rank["per_unit"], rank["gathered"], atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_per_unit_reward_model_scores_equal_the_whole_gather_with_uneven_ranks(ray_session):
+    recipe = tiny_recipe(roles={"reward": {"function": None, "model": TINY_MODEL, "strategy": "fsdp2", "batch_size": 2}})
+    texts = ["12+3=15", "7*8=56", "9", "100-1=99", "2+2=4", "31", "6/3=2"]
+    with ray_role(ScoringReward, recipe, "reward", "scoring-reward") as group:
+        ranks = group.submit("uneven_scores", texts, UNEVEN).get(timeout=CALL_TIMEOUT_S)
+    assert [rank["forwards"] for rank in ranks] == [3, 3]
+    for rank, rows in zip(ranks, UNEVEN):
+        assert len(rank["per_unit"]) == rows
+        torch.testing.assert_close(torch.tensor(rank["per_unit"]), torch.tensor(rank["gathered"]), atol=1e-6, rtol=0)
 
 
 def test_scoring_slices_keep_every_row_once_and_pad_only_when_balanced():
