@@ -87,7 +87,8 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         return model
 
     def _start_vllm_engine(self) -> Any:
-        """This rank's vLLM engine, built from the actor's initial weights (LoRA merged)."""
+        """This rank's vLLM engine (its shard of one, at rollout.vllm.tensor_parallel_size > 1), built from the
+        actor's initial weights (LoRA merged)."""
         from workers.sampling.vllm_engine import (
             VLLM_INSTALL_HINT,
             VllmNotInstalled,
@@ -109,6 +110,8 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
             settings=engine_settings(self.rollout),
             max_model_len=context_length(self.module, prompt_length, response_width(self.rollout)),
             dtype=str(self.model_cfg["dtype"]),
+            local_rank=self.local_rank,
+            local_world_size=self._rank_info.local_world_size,
         )
         try:
             self._check_first_sync(engine)
@@ -117,19 +120,23 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
             raise
         return engine
 
-    def _check_first_sync(self, engine: Any) -> None:
+    def _check_first_sync(self, engine: Any, sleep: bool = True) -> None:
         """Score a few fixed prompt tokens' samples with the engine and with the actor right after the first
-        sync; a mean |difference| above the tolerance means the engine samples from another model than the
-        one trained (a weight the sync missed, say), and stops the run with exit 2 before any step."""
+        sync (and, with sleep mode, after the first wake: see ``probe_due``); a mean |difference| above the
+        tolerance means the engine samples from another model than the one trained (a weight the sync missed,
+        say), and stops the run with exit 2."""
         from workers.sampling.vllm_engine import VllmSyncMismatch, probe_tolerance
 
+        engine.probes += 1
+        when = "the first weight sync" if engine.probes == 1 else "its first wake from sleep"
         prompts = probe_prompts(vocab_of(self.tokenizer, _base_config(self.module)))
-        probe = self._generate_with_vllm(prompts, PROBE_PARAMS, derive_seed(self.seed, self.rank, "vllm-probe"), engine)
+        seed = derive_seed(self.seed, self.rank, "vllm-probe", *(() if engine.probes == 1 else (engine.probes,)))
+        probe = self._generate_with_vllm(prompts, PROBE_PARAMS, seed, engine, sleep=sleep)
         diff, tokens = self._probe_gap(probe)
         tolerance = probe_tolerance(self.model_cfg["dtype"])
         if not diff <= tolerance:  # NaN fails too
             raise VllmSyncMismatch(
-                f"{self.role} rank {self.rank}: after the first weight sync the vLLM engine's log-probs differ from the "
+                f"{self.role} rank {self.rank}: after {when} the vLLM engine's log-probs differ from the "
                 f"actor's by {diff:.3g} on average (tolerance {tolerance:g}, {tokens} probe tokens) for "
                 f"{engine.architecture}: the engine would sample from another model than the one trained. "
                 "Use rollout.engine: hf for this model, and report the architecture (docs/rollout.md)"
@@ -190,12 +197,23 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         with serving(self.module, self.engine):
             return agent.generate(prompts, params, batch_generate)
 
-    def _generate_with_vllm(self, prompts: DataProto, params: SamplingParams, seed: int, engine: Any = None) -> DataProto:
-        """The vllm engine's rollout (``engine``, else this rank's), in the hf engine's layout plus ``rollout_log_probs``."""
+    def _generate_with_vllm(
+        self, prompts: DataProto, params: SamplingParams, seed: int, engine: Any = None, sleep: bool = True
+    ) -> DataProto:
+        """The vllm engine's rollout (``engine``, else this rank's, probed first when ``probe_due``), in the hf
+        engine's layout plus ``rollout_log_probs``."""
+        from workers.sampling.vllm_engine import probe_due
+
         self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
+        if engine is None:
+            engine = self.rollout_engine
+            if not engine.weights_current:
+                engine.sync(self.module)  # asleep since the last rollout: wake and load before a probe
+            if probe_due(engine.sleep_mode, engine.wakes, engine.probes):
+                self._check_first_sync(engine, sleep=False)  # awake for the rollout that follows
         eos_ids = eos_token_ids(self.tokenizer, self.module)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
-        responses, response_mask, log_probs = (engine or self.rollout_engine).generate(
+        responses, response_mask, log_probs = engine.generate(
             self.module,
             prompts.batch["input_ids"],
             prompts.batch["attention_mask"],
@@ -203,6 +221,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
             eos_ids=eos_ids,
             pad_id=int(pad_id),
             seed=seed,
+            sleep=sleep,
         )
         return rollout_batch(prompts, responses, response_mask, self.tokenizer, params, {"rollout_log_probs": log_probs})
 

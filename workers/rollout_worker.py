@@ -2,7 +2,9 @@
 
 Each rank holds one engine replica: the hf decoding loop over the actor's model in its compute dtype (no
 optimizer, no gradients), or a vLLM engine, which then holds the only copy of the weights (the HF model
-keeps its config alone once the engine has loaded them). It takes the actor's weights through the weight
+keeps its config alone once the engine has loaded them). With ``rollout.vllm.tensor_parallel_size`` t > 1
+an engine spans t consecutive ranks, each holding one shard: the group joins a torch.distributed world of
+its own (vLLM's, as on the actor), so its world is engines x t. It takes the actor's weights through the weight
 channel (``receive_weights``) and stamps every sample with the ``policy_version`` of the weights that
 generated it, with the engine's own log-probs of the sampled tokens (``rollout_log_probs``, the
 behaviour policy of the off-policy corrections). With ``rollout.multi_turn`` each sample is an agent's
@@ -73,13 +75,14 @@ class RolloutWorker(RoleWorker):
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
         compute = engine_settings(self.recipe, "actor", self.model_cfg["dtype"], 1, trainable=False).compute_dtype
         self.engine = EngineSettings(strategy="ddp", compute_dtype=compute, trainable=False)
-        self._setup_process(distributed=False)
+        vllm = self.rollout["engine"] == "vllm"
+        # An engine over several ranks (vLLM's external launcher) needs the group's torch.distributed world.
+        self._setup_process(distributed=vllm and self._tensor_parallel_size() > 1)
 
         def build(cfg: Mapping[str, Any]) -> nn.Module:
             model = load_causal_lm(cfg, self.tokenizer, dtype=compute, trust_remote_code=trust, seed=self.seed)
             return model.requires_grad_(False)
 
-        vllm = self.rollout["engine"] == "vllm"
         # A vLLM engine loads its own copy of the weights, and every sync goes to it: the HF model only hands it the
         # first weights, from the host, so the device is the engine's alone when it measures its free memory at start.
         self.model, _ = materialize(build, self.model_cfg, self.engine, torch.device("cpu") if vllm else self.device)
@@ -107,7 +110,15 @@ class RolloutWorker(RoleWorker):
             settings={**vllm_settings(self.rollout), "enable_sleep_mode": False},
             max_model_len=context_length(self.model, prompt_length, response_width(self.rollout)),
             dtype=str(self.model_cfg["dtype"]),
+            local_rank=self.local_rank,
+            local_world_size=self._rank_info.local_world_size,
         )
+
+    def _tensor_parallel_size(self) -> int:
+        """``rollout.vllm.tensor_parallel_size``, with the schema's default."""
+        from workers.sampling.vllm_engine import engine_settings as vllm_settings
+
+        return int(vllm_settings(self.rollout)["tensor_parallel_size"])
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
         """The vLLM engine's phases (sync, generate) and an agent rollout's rounds and tool calls inside the last call,

@@ -8,6 +8,12 @@ Weights travel a bucket at a time. A bucket is a flat byte buffer of whole tenso
 the engine's dtype on the sender; three broadcasts carry it: the length of its header, the header
 (names, dtypes, shapes and offsets, as JSON) and the buffer. A header length of 0 ends a sync, so the
 receivers need not know the model's layout beforehand, and at most one bucket is alive on each side.
+With ``rollout.vllm.tensor_parallel_size`` t > 1 every rank of an engine receives every bucket and its
+engine keeps its own shard of each tensor (vLLM's loader slices the full tensors): no rank holds more than
+one bucket of whole tensors, nor the whole model.
+
+The channel's collectives wait ``trainer.call_timeout_s`` (:func:`channel_group`), on NCCL too, whose own
+default would be 10 minutes: a long first update must not break the sync that queues behind it.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["SyncAddress", "WeightChannel", "bucketed"]
+__all__ = ["ChannelGroup", "SyncAddress", "WeightChannel", "bucketed", "channel_group", "nccl_options"]
 
 _ALIGN = 16  # byte offset of every tensor in a bucket: any dtype view of the buffer stays aligned
 _STORE_PREFIX = "rlhfctl-weight-sync"
@@ -43,6 +50,33 @@ class _Entry:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+
+
+@dataclass(frozen=True)
+class ChannelGroup:
+    """How the channel's process group is made: its backend and how long its collectives wait."""
+
+    backend: str  # "nccl" on CUDA, "gloo" on the CPU
+    timeout: datetime.timedelta
+
+
+def channel_group(device_type: str, timeout_s: float) -> ChannelGroup:
+    """The backend for ``device_type`` and the run's call timeout (``trainer.call_timeout_s``) for either backend."""
+    return ChannelGroup("nccl" if device_type == "cuda" else "gloo", datetime.timedelta(seconds=float(timeout_s)))
+
+
+def _process_group(store: Any, rank: int, size: int, spec: ChannelGroup) -> Any:
+    """The channel's process group as ``spec`` says: a ProcessGroupNCCL is given the timeout through its options."""
+    if spec.backend == "nccl":
+        return dist.ProcessGroupNCCL(store, rank, size, nccl_options(spec.timeout))
+    return dist.ProcessGroupGloo(store, rank, size, spec.timeout)
+
+
+def nccl_options(timeout: datetime.timedelta) -> Any:
+    """ProcessGroupNCCL's options carrying ``timeout`` (made without one, the group waits NCCL's 10 minutes)."""
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timeout  # noqa: SLF001 - torch's one way to give a ProcessGroupNCCL its timeout
+    return options
 
 
 def bucketed(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
@@ -96,15 +130,12 @@ class WeightChannel:
     """One member of the actor -> rollout weight channel: :meth:`send` on channel rank 0, :meth:`receive` elsewhere."""
 
     def __init__(self, address: SyncAddress, rank: int, device: torch.device, timeout_s: float) -> None:
-        timeout = datetime.timedelta(seconds=float(timeout_s))
+        spec = channel_group(device.type, timeout_s)
         self.rank, self.device = rank, device
         self._store = dist.TCPStore(address.host, int(address.port), int(address.world_size), is_master=rank == 0,
-                                    timeout=timeout)
+                                    timeout=spec.timeout)
         store = dist.PrefixStore(_STORE_PREFIX, self._store)
-        if device.type == "cuda":
-            self._group = dist.ProcessGroupNCCL(store, rank, int(address.world_size))
-        else:
-            self._group = dist.ProcessGroupGloo(store, rank, int(address.world_size), timeout)
+        self._group = _process_group(store, rank, int(address.world_size), spec)
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
         options = dist.BroadcastOptions()

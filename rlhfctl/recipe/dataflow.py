@@ -157,11 +157,22 @@ def _engine_note(cfg: Any, vllm: bool, pool: str | None) -> str:
     if pool is not None:
         chunks = int(cfg.rollout.stream_chunks)
         streamed = f"; in {chunks} calls, each scored as it finishes (rollout.stream_chunks)" if chunks > 1 else ""
-        return (f"engine: {cfg.rollout.get('engine', 'hf')}, one replica per rollout rank on pool {pool} "
+        replicas = _vllm_engines(cfg, pool) if vllm else "one replica per rollout rank"
+        return (f"engine: {cfg.rollout.get('engine', 'hf')}, {replicas} on pool {pool} "
                 f"(rollout.placement: separate), behaviour log-probs returned{streamed}")
     if vllm:
-        return "engine: vllm, one colocated vLLM engine per actor rank (weights synced in memory after each update)"
+        return (f"engine: vllm, colocated on the actor's ranks, {_vllm_engines(cfg, str(cfg.roles.actor.pool))} "
+                "(weights synced in memory after each update)")
     return "engine: hf, the actor's own decoding loop"
+
+
+def _vllm_engines(cfg: Any, pool: str) -> str:
+    """The pool's vLLM engines and the ranks of each (rollout.vllm.tensor_parallel_size ranks an engine)."""
+    from rlhfctl.recipe.check_tensor_parallel import engines_line
+
+    section = cfg.resource_pools.get(pool)
+    world = sum(int(count) for count in section.process_on_nodes) if section is not None else 1
+    return engines_line(world, int(cfg.rollout.vllm.tensor_parallel_size))
 
 
 def _dynamic_sampling_note(cfg: Any, pool: str | None) -> str:

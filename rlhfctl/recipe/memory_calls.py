@@ -75,7 +75,7 @@ class Term:
     kind: str  # state | gradients | unshard | kv_cache | activations | logits | engine | residue | sync | context
     bytes: int | None
     formula: str
-    scales_with: str = ""  # "key=value": the setting this term grows with linearly (a micro-batch), where one does
+    scales_with: str = ""  # "key=value[,least]": the setting this term grows with linearly (a micro-batch), if any
 
 
 @dataclass(frozen=True)
@@ -584,7 +584,8 @@ def _update_call(recipe: Mapping[str, Any], planned: PlannedRole, rank: int, row
         settings.get("mini_batch_size"), int(rollout_config(recipe)["n"]), planned.memory.world_size, rows)
     tokens, logit_tokens = (int(budget), int(budget)) if budget else (micro * length, micro * (response + 1))
     checkpointing = bool(planned.spec.model_cfg.get("gradient_checkpointing"))
-    knob = f"roles.{planned.memory.role}." + (f"micro_batch_tokens={budget}" if budget else f"micro_batch_size={micro}")
+    role = planned.memory.role  # a token budget holds one whole sequence at least
+    knob = f"roles.{role}.micro_batch_tokens={budget},{length}" if budget else f"roles.{role}.micro_batch_size={micro}"
     return _update_terms(planned, rank, tokens, logit_tokens, checkpointing, knob)
 
 

@@ -111,11 +111,12 @@ def _batch_knobs(phase: Phase, over: int) -> list[tuple[str, int]]:
             growing[term.scales_with] = growing.get(term.scales_with, 0) + term.bytes
     knobs = []
     for setting, size in growing.items():
-        key, now = setting.split("=")
-        value = math.floor(int(now) * (size - over) / size) if size > over else 0
-        if int(now) > 1:
-            alone = "" if value >= 1 else ", not enough alone"
-            knobs.append((f"{key} {max(1, value)} (now {now}{alone})", size))
+        key, values = setting.split("=")
+        now, _, least = values.partition(",")
+        value, floor = (math.floor(int(now) * (size - over) / size) if size > over else 0), int(least or 1)
+        if int(now) > floor:
+            alone = "" if value >= floor else ", not enough alone"
+            knobs.append((f"{key} {max(floor, value)} (now {now}{alone})", size))
     return knobs
 
 

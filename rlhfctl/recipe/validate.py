@@ -13,6 +13,7 @@ from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
 from rlhfctl.recipe.check_placement import check_placement
 from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_sandbox import check_sandbox
+from rlhfctl.recipe.check_tensor_parallel import check_tensor_parallel
 from rlhfctl.recipe.check_runtime import (
     check_data,
     check_loggers,
@@ -128,6 +129,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
     report.issues += check_rollout_engine(cfg, pools)
+    report.issues += check_tensor_parallel(cfg, pools)
     report.issues += check_agents(cfg) + check_sandbox(cfg)
     report.issues += check_placement(cfg, pools)
     report.issues += check_resume(cfg)

@@ -222,3 +222,18 @@ def test_a_cpu_engine_at_tensor_parallel_2_holds_half_the_weights():
     engine = [plan.phase_terms("main")["actor.generate_sequences"]["vLLM engine"] for plan in (whole, half)]
     assert engine[0] - engine[1] == (parameters - -(-parameters // 2)) * 4  # float32 tiny model
     assert whole.engines == {} == half.engines  # no share of a device to check on CPU
+
+
+def test_the_token_budget_a_misfit_names_makes_the_update_fit(configs):
+    over = validate(configs, "llama70b", "roles.actor.micro_batch_tokens=24000", "--device-memory", "80")
+    assert over.exit_code == 2, over.output
+    (line,) = [line for line in over.stderr.splitlines() if line.startswith("error: memory plan")]
+    assert " in actor.update_actor, 116% of the device's 80.0 GiB (12.6 GiB over); largest terms: actor activations" in line
+    assert "try roles.actor.micro_batch_tokens 15755 (now 24000) (acts on 36.7 GiB)" in line
+    named = validate(configs, "llama70b", "roles.actor.micro_batch_tokens=15755", "--device-memory", "80", "--format", "json")
+    assert named.exit_code == 0, named.output
+    peak = json.loads(named.stdout)["memory"]["peak"]["main"]
+    assert 0.9 * 80 * GIB < peak["bytes"] <= 80 * GIB  # fits, just: a counted warning above 90%
+    short = validate(configs, "llama70b", "roles.actor.micro_batch_tokens=1600", "--device-memory", "57")
+    (line,) = [line for line in short.stderr.splitlines() if line.startswith("error: memory plan")]
+    assert "roles.actor.micro_batch_tokens 1536 (now 1600, not enough alone)" in line  # never below one sequence

@@ -1,4 +1,11 @@
-"""The vLLM rollout engine (``rollout.engine: vllm``): one engine per actor rank, in that rank's process.
+"""The vLLM rollout engine (``rollout.engine: vllm``): one engine per ``rollout.vllm.tensor_parallel_size`` ranks.
+
+At t = 1 each rank runs an engine of its own. At t > 1 an engine spans t consecutive ranks (SPMD, vLLM's
+``external_launcher``, as verl runs it): each rank builds the same ``LLM`` in its own process and holds one
+shard; the generating group's torch.distributed world is vLLM's, whose tensor-parallel groups are consecutive
+blocks of t ranks (the rest is vLLM's external data parallelism). The dispatch still gives every rank its
+own rows; the ranks of an engine exchange their prompts (:meth:`VllmRolloutEngine.generate`), every rank
+sends the engine the same requests in the same order, and each returns the rows it was given.
 
 The engine starts from the actor's initial weights and takes the new weights in memory after every
 update (:meth:`VllmRolloutEngine.sync`), gathered a bucket at a time (DTensor shards cast to the engine's
@@ -43,11 +50,13 @@ __all__ = [
     "VllmSyncMismatch",
     "VllmTooOld",
     "context_length",
+    "cpu_thread_binding",
     "eager_mode",
     "engine_local_rank",
     "engine_settings",
     "gathered_weights",
     "installed_vllm_version",
+    "probe_due",
     "probe_tolerance",
     "vllm_installed",
     "vllm_version_problem",
@@ -140,6 +149,33 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def cpu_thread_binding(cores: list[int], local_rank: int, local_world_size: int, tensor_parallel_size: int) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for the engine of the rank at ``local_rank``: its node's ``cores`` split into
+    ``local_world_size`` consecutive slices, one a rank, joined by "|" over the ranks of its engine ("0|1": two
+    ranks on two cores). vLLM's own auto binding wants a NUMA node a rank, which a CPU host rarely has; vLLM 0.32
+    reads the variable where it starts the worker processes (the ``mp`` executor), while under ``external_launcher``
+    each rank keeps the threads its host gave it (cores // ranks on the node: the same slice's size)."""
+    cores = sorted(int(core) for core in cores)
+    ranks = max(1, int(local_world_size))
+    per_rank = max(1, len(cores) // ranks)
+
+    def slice_of(rank: int) -> str:
+        start = (rank * per_rank) % len(cores)  # fewer cores than ranks: ranks share, round robin
+        return ",".join(str(core) for core in cores[start: start + per_rank])
+
+    t = max(1, int(tensor_parallel_size))
+    first = int(local_rank) // t * t
+    return "|".join(slice_of(rank) for rank in range(first, first + t))
+
+
+def probe_due(sleep_mode: bool, wakes: int, probes: int) -> bool:
+    """Whether the actor should probe the engine's log-probs now: once after the first sync (before any sleep), and
+    with sleep mode once more after the first wake, where weights restored from sleep would show a fault."""
+    if probes == 0:
+        return True
+    return bool(sleep_mode) and wakes >= 1 and probes == 1
 
 
 def probe_tolerance(dtype: Any) -> float:
@@ -276,9 +312,16 @@ class VllmRolloutEngine:
         settings: Mapping[str, Any],
         max_model_len: int,
         dtype: str,
+        local_rank: int = 0,
+        local_world_size: int = 1,
     ) -> None:
         self.role, self.rank, self.device = role, rank, device
         self.settings = dict(settings)
+        self.tensor_parallel_size = int(self.settings["tensor_parallel_size"])
+        self.local_rank, self.local_world_size = int(local_rank), int(local_world_size)
+        self.wakes = 0  # wake-ups from sleep so far; the actor probes once more after the first (probe_due)
+        self.probes = 0  # log-prob probes the actor ran against this engine
+        self._prompt_group: Any = None  # the gloo group of this engine's ranks, which exchange their prompts
         self.sleep_mode = device.type == "cuda" and bool(self.settings["enable_sleep_mode"])
         self.spans: list[tuple[str, float, float]] = []  # (name, start, end): engine phases for the trace
         self.metrics: dict[str, float] = {}
@@ -326,17 +369,30 @@ class VllmRolloutEngine:
             "max_model_len": max_model_len,
             "enforce_eager": eager_mode(self.settings.get("enforce_eager"), self.device),
             "logprobs_mode": "processed_logprobs",  # after temperature: what the actor's log-probs score
-            "tensor_parallel_size": 1,
+            "tensor_parallel_size": self.tensor_parallel_size,
             "enable_prefix_caching": True,
         }
-        launcher: Mapping[str, str] | None = None
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            # The actor's process group exists: each rank runs its own engine (vLLM's external data parallel),
-            # which reads RANK and LOCAL_RANK from the environment torchrun-style launchers set. LOCAL_RANK is
-            # vLLM's device index: the one this worker uses, for the engine's start only.
+        launcher: dict[str, str] | None = None
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        if self.tensor_parallel_size > 1 and (not distributed or dist.get_world_size() % self.tensor_parallel_size):
+            world = dist.get_world_size() if distributed else 1
+            raise ValueError(f"rollout.vllm.tensor_parallel_size {self.tensor_parallel_size} needs a process group whose "
+                             f"size it divides; this group has {world} rank(s)")
+        if distributed:
+            # The group's torch.distributed world is vLLM's: its tensor-parallel groups are consecutive blocks of
+            # tensor_parallel_size ranks, the rest is external data parallel (one engine per block). vLLM reads RANK
+            # and LOCAL_RANK from the environment torchrun-style launchers set; LOCAL_RANK is its device index: the
+            # one this worker uses, for the engine's start only.
             os.environ.setdefault("RANK", str(dist.get_rank()))
             launcher = {"LOCAL_RANK": str(engine_local_rank(self.device))}
             options["distributed_executor_backend"] = "external_launcher"
+        if self.tensor_parallel_size > 1 and self.device.type == "cuda":
+            options["disable_custom_all_reduce"] = True  # Ray shows each rank one GPU: no peer access for it
+        elif self.tensor_parallel_size > 1:
+            cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+            launcher = {**(launcher or {}), "VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(
+                cores, self.local_rank, self.local_world_size, self.tensor_parallel_size)}
+            _remove_stale_shared_memory(dist.get_rank(), self.tensor_parallel_size)
         if self.device.type == "cuda":
             options["gpu_memory_utilization"] = float(self.settings["gpu_memory_utilization"])
             options["enable_sleep_mode"] = self.sleep_mode
@@ -346,7 +402,10 @@ class VllmRolloutEngine:
             # generators refuse: a round over the batch token budget (4096) would fail. Whole prefills only.
             options["enable_chunked_prefill"] = False
         with _environment(launcher) if launcher else nullcontext():
-            return LLM(**options)
+            llm = LLM(**options)
+        if self.tensor_parallel_size > 1:
+            self._prompt_group = _engine_group(self.tensor_parallel_size)
+        return llm
 
     def close(self) -> None:
         """Free the engine and its memory."""
@@ -389,6 +448,7 @@ class VllmRolloutEngine:
         if self.asleep:
             with self._phase("wake"):
                 self.llm.wake_up(tags=["weights"])
+            self.wakes += 1
         with self._phase("sync"):
             # The engine's worker lives in this process (no engine subprocess), so the iterator is passed as is.
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
@@ -433,16 +493,19 @@ class VllmRolloutEngine:
         eos_ids: list[int],
         pad_id: int,
         seed: int,
+        sleep: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``params.n`` samples per left-padded prompt row (consecutive rows): responses right-padded with
-        ``pad_id`` to ``max_new_tokens``, response_mask, and vLLM's log-prob of each response token."""
+        ``pad_id`` to ``max_new_tokens``, response_mask, and vLLM's log-prob of each response token. With
+        ``sleep`` false the engine stays awake after it (a probe before the rollout)."""
         if not self.weights_current:
             self.sync(module)  # asleep since the last rollout with no update in between (validation)
         prompts = [{"prompt_token_ids": row[mask.bool()].tolist()} for row, mask in zip(input_ids, attention_mask)]
+        # One seed per prompt (vLLM gives a prompt's k-th sample seed + k): rows draw independent noise.
+        sampling = [self._sampling_params(params, eos_ids, seed + row * int(params.n)) for row in range(len(prompts))]
         with self._phase("generate"):
-            # One seed per prompt (vLLM gives a prompt's k-th sample seed + k): rows draw independent noise.
-            sampling = [self._sampling_params(params, eos_ids, seed + row * int(params.n)) for row in range(len(prompts))]
-            outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+            every_prompt, every_sampling, first = self._engine_requests(prompts, sampling)
+            outputs = self.llm.generate(every_prompt, every_sampling, use_tqdm=False)[first: first + len(prompts)]
         width = int(params.max_new_tokens)
         rows = len(prompts) * int(params.n)
         responses = torch.full((rows, width), int(pad_id), dtype=input_ids.dtype)
@@ -454,8 +517,21 @@ class VllmRolloutEngine:
             response_mask[index, : len(tokens)] = 1
             scores = [step[token].logprob for step, token in zip(completion.logprobs or [], tokens)]
             log_probs[index, : len(scores)] = torch.tensor(scores, dtype=torch.float32)
-        self.sleep()
+        if sleep:
+            self.sleep()
         return responses, response_mask, log_probs
+
+    def _engine_requests(self, prompts: list[Any], sampling: list[Any]) -> tuple[list[Any], list[Any], int]:
+        """The requests of every rank of this engine, in rank order (the same list on each of them, as vLLM's
+        tensor-parallel ranks need), and the index of this rank's first one; at t = 1 this rank's own."""
+        if self._prompt_group is None:
+            return prompts, sampling, 0
+        import torch.distributed as dist
+
+        parts: list[Any] = [None] * self.tensor_parallel_size
+        dist.all_gather_object(parts, (prompts, sampling), group=self._prompt_group)
+        first = sum(len(part[0]) for part in parts[: dist.get_rank(self._prompt_group)])
+        return [p for part in parts for p in part[0]], [q for part in parts for q in part[1]], first
 
     def batch_generate(self, module: nn.Module, params: Any, *, eos_ids: list[int], seed: int) -> Any:
         """Token-in/token-out rounds for agent rollouts (``rlhfctl.agents.llm.BatchGenerate``): each round's
@@ -466,6 +542,9 @@ class VllmRolloutEngine:
 
         from rlhfctl.agents.llm import Generation
 
+        if self.tensor_parallel_size > 1:  # validate refuses it (rlhfctl.recipe.check_tensor_parallel)
+            raise VllmEngineError(f"{self.role} rank {self.rank}: rollout.multi_turn needs rollout.vllm.tensor_parallel_size 1: "
+                                  "an agent's rounds differ from rank to rank, and an engine's ranks must send the same requests")
         if not self.weights_current:
             self.sync(module)
         eos = set(eos_ids)
@@ -506,6 +585,43 @@ class VllmRolloutEngine:
             logprobs=0,  # the sampled token's own log-prob
             detokenize=False,
         )
+
+
+def _remove_stale_shared_memory(rank: int, tensor_parallel_size: int, directory: str = "/dev/shm") -> list[str]:
+    """Unlink the shared-memory segment this rank's engine is about to create, if one is left; the names unlinked.
+
+    vLLM's CPU tensor-parallel communicator names each rank's segment after the engine's ranks alone
+    ("<ident>-tp:0-[0-1]-cpushm_<i>", the ident being "//" under the external launcher), and a process that is
+    killed (as Ray stops workers) leaves it behind: the next engine on the node then fails to start with
+    "create shm in SHMManager failed. errno: 17". Unlinking a name leaves any process that mapped it unharmed."""
+    import glob
+
+    first = rank // int(tensor_parallel_size) * int(tensor_parallel_size)  # engines are consecutive blocks of ranks
+    members = "-".join(str(member) for member in range(first, first + int(tensor_parallel_size)))
+    pattern = os.path.join(directory, f"*-[[]{members}[]]-cpushm_{rank - first}")
+    removed = []
+    for path in glob.glob(pattern):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def _engine_group(tensor_parallel_size: int) -> Any:
+    """The gloo group of this rank's engine (consecutive ranks): every rank of the world makes every engine's group,
+    in the same order, as torch.distributed's ``new_group`` requires."""
+    import torch.distributed as dist
+
+    from rlhfctl.recipe.check_tensor_parallel import engine_groups
+
+    mine = None
+    for ranks in engine_groups(dist.get_world_size(), tensor_parallel_size):
+        group = dist.new_group(ranks, backend="gloo")
+        if dist.get_rank() in ranks:
+            mine = group
+    return mine
 
 
 def _refresh_tied_head(model: nn.Module) -> bool:

@@ -1,0 +1,56 @@
+"""The decisions behind tensor-parallel vLLM and the weight channel, with no engine: the thread binding of an
+engine's ranks, when the actor probes the engine, and the weight channel's backend and timeout (issue 35)."""
+
+from __future__ import annotations
+
+import datetime
+
+import torch.distributed as dist
+
+from workers.sampling.vllm_engine import cpu_thread_binding, probe_due
+from workers.weight_sync import channel_group, nccl_options
+
+
+def test_each_rank_of_an_engine_binds_its_own_slice_of_the_nodes_cores():
+    # Two ranks on two cores, one engine of TP 2: the binding vLLM was checked with.
+    assert cpu_thread_binding([0, 1], 0, 2, 2) == "0|1"
+    assert cpu_thread_binding([1, 0], 1, 2, 2) == "0|1"  # both ranks of the engine compute the same string
+    # Eight cores, four ranks, two engines of TP 2: ranks 2 and 3 bind the upper half, two cores each.
+    assert cpu_thread_binding(list(range(8)), 2, 4, 2) == "4,5|6,7"
+    assert cpu_thread_binding(list(range(8)), 1, 4, 2) == "0,1|2,3"
+    # One engine over the whole node.
+    assert cpu_thread_binding(list(range(4)), 3, 4, 4) == "0|1|2|3"
+    # Fewer cores than ranks: ranks share a core round robin rather than getting none.
+    assert cpu_thread_binding([0, 1], 3, 4, 2) == "0|1"
+
+
+def test_the_engine_is_probed_after_the_first_sync_and_once_more_after_its_first_wake():
+    assert probe_due(sleep_mode=True, wakes=0, probes=0)  # the first sync, before any sleep
+    assert not probe_due(sleep_mode=True, wakes=0, probes=1)  # asleep or awake, not woken yet
+    assert probe_due(sleep_mode=True, wakes=1, probes=1)  # weights restored from sleep: probe again
+    assert not probe_due(sleep_mode=True, wakes=2, probes=2)  # once, not at every wake
+    assert not probe_due(sleep_mode=True, wakes=5, probes=2)
+    # Without sleep mode (the CPU, or enable_sleep_mode: false) the engine never wakes: one probe only.
+    assert probe_due(sleep_mode=False, wakes=0, probes=0)
+    assert not probe_due(sleep_mode=False, wakes=0, probes=1)
+
+
+def test_the_weight_channel_waits_the_runs_call_timeout_on_nccl_as_on_gloo():
+    hour = datetime.timedelta(seconds=3600)
+    cuda, cpu = channel_group("cuda", 3600), channel_group("cpu", 3600.0)
+    assert (cuda.backend, cuda.timeout) == ("nccl", hour)
+    assert (cpu.backend, cpu.timeout) == ("gloo", hour)
+    # Made without options, a ProcessGroupNCCL waits NCCL's 10 minutes; the channel's options carry the call timeout.
+    assert dist.ProcessGroupNCCL.Options()._timeout == datetime.timedelta(minutes=10)
+    assert nccl_options(cuda.timeout)._timeout == hour
+
+
+def test_a_left_over_shared_memory_segment_of_this_ranks_engine_is_unlinked_and_no_other(tmp_path):
+    from workers.sampling.vllm_engine import _remove_stale_shared_memory
+
+    names = ["-tp:0-[2-3]-cpushm_0", "-tp:0-[2-3]-cpushm_1", "-tp:0-[0-1]-cpushm_1", "psm_1234"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+    removed = _remove_stale_shared_memory(3, 2, directory=str(tmp_path))  # rank 3 is the second of engine [2, 3]
+    assert removed == [str(tmp_path / "-tp:0-[2-3]-cpushm_1")]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(set(names) - {"-tp:0-[2-3]-cpushm_1"})
