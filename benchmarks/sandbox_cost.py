@@ -17,6 +17,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,19 +51,25 @@ def baseline_tool(rev: str, folder: Path) -> type:
     return module.PythonSandbox
 
 
-async def paired(tools: dict[str, Any], repeats: int, warmup: int) -> dict[str, dict[str, list[float]]]:
-    """Seconds per call, per program and tool; calls alternate between the tools, the first one swapping each round."""
-    samples: dict[str, dict[str, list[float]]] = {program: {name: [] for name in tools} for program in PROGRAMS}
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def paired(tools: dict[str, Any], repeats: int, warmup: int) -> dict[str, dict[str, list[list[float]]]]:
+    """[wall, CPU] seconds per call, per program and tool (CPU: user + system of every process the call started,
+    all reaped by then); calls alternate between the tools, the first one swapping each round."""
+    samples: dict[str, dict[str, list[list[float]]]] = {program: {name: [] for name in tools} for program in PROGRAMS}
     names = list(tools)
     for round_ in range(warmup + repeats):
         for program, code in PROGRAMS.items():
             for name in names if round_ % 2 == 0 else names[::-1]:
-                started = time.perf_counter()
+                cpu, started = _children_cpu_s(), time.perf_counter()
                 result = await tools[name].execute("bench", {"code": code})
-                took = time.perf_counter() - started
+                took, cpu = time.perf_counter() - started, _children_cpu_s() - cpu
                 assert result.metrics["ok"] == 1.0, (name, result.text)
                 if round_ >= warmup:
-                    samples[program][name].append(took)
+                    samples[program][name].append([took, cpu])
     return samples
 
 
@@ -86,14 +93,18 @@ def phases(repeats: int) -> dict[str, float]:
     return out
 
 
-def summary(samples: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
+def summary(samples: dict[str, dict[str, list[list[float]]]]) -> list[dict[str, Any]]:
+    """Per program: medians and minima of wall and CPU milliseconds, and the median of the paired differences."""
     rows = []
     for program, by_tool in samples.items():
-        new, old = by_tool["boundary"], by_tool["before"]
-        diffs = [a - b for a, b in zip(new, old)]
-        rows.append({"program": program, "boundary_ms": 1000 * statistics.median(new),
-                     "before_ms": 1000 * statistics.median(old), "paired_extra_ms": 1000 * statistics.median(diffs),
-                     "boundary_min_ms": 1000 * min(new), "before_min_ms": 1000 * min(old)})
+        row: dict[str, Any] = {"program": program}
+        for index, kind in ((0, "wall"), (1, "cpu")):
+            new = [1000 * sample[index] for sample in by_tool["boundary"]]
+            old = [1000 * sample[index] for sample in by_tool["before"]]
+            row.update({f"boundary_{kind}_ms": statistics.median(new), f"before_{kind}_ms": statistics.median(old),
+                        f"extra_{kind}_ms": statistics.median(a - b for a, b in zip(new, old)),
+                        f"boundary_{kind}_min_ms": min(new), f"before_{kind}_min_ms": min(old)})
+        rows.append(row)
     return rows
 
 
@@ -115,11 +126,12 @@ def main() -> None:
     rows = summary(samples)
     print(f"cpus {sorted(os.sched_getaffinity(0))}, {args.repeats} pairs per program, baseline {args.baseline}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("| program | boundary ms (median) | before ms (median) | paired extra ms | boundary min | before min |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| program | ms per call | boundary (median) | before (median) | paired extra | boundary min | before min |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
-        print(f"| {row['program']} | {row['boundary_ms']:.1f} | {row['before_ms']:.1f} | {row['paired_extra_ms']:+.1f} "
-              f"| {row['boundary_min_ms']:.1f} | {row['before_min_ms']:.1f} |")
+        for kind in ("wall", "cpu"):
+            print(f"| {row['program']} | {kind} | {row[f'boundary_{kind}_ms']:.1f} | {row[f'before_{kind}_ms']:.1f} "
+                  f"| {row[f'extra_{kind}_ms']:+.1f} | {row[f'boundary_{kind}_min_ms']:.1f} | {row[f'before_{kind}_min_ms']:.1f} |")
     parts = phases(max(5, args.repeats // 3)) if args.phases else {}
     for label, ms in parts.items():
         print(f"  {label}: {ms:.1f} ms")

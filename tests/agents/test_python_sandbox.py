@@ -57,14 +57,19 @@ def threaded_child(monkeypatch, tmp_path):
     wrapper.write_text(
         "import runpy, sys, threading, time\n"
         "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-        "sys.argv = sys.argv[1:]\n"
-        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "if sys.argv[1] == '-c':\n"
+        "    sys.argv = sys.argv[2:]\n"
+        "    exec(sys.argv[0], {'__name__': '__main__'})\n"
+        "else:\n"
+        "    sys.argv = sys.argv[1:]\n"
+        "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     command = python_sandbox.launcher_command
 
     def wrapped(*args, **kwargs) -> list[str]:
-        *interpreter, child, settings = command(*args, **kwargs)
-        return [*interpreter, str(wrapper), child, settings]
+        original = command(*args, **kwargs)
+        start = next(i for i, part in enumerate(original) if i > 0 and not part.startswith("-") or part == "-c")
+        return [*original[:start], str(wrapper), *original[start:]]
 
     monkeypatch.setattr(python_sandbox, "launcher_command", wrapped)
     monkeypatch.setattr(python_sandbox, "_REFUSALS", {})

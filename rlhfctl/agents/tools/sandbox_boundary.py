@@ -298,14 +298,37 @@ def run_init(settings: dict, code: str, report: int) -> None:
 
 
 def run_worker(code: str) -> None:
-    """Run the code in /work as ``__main__`` with only stdin, stdout and stderr open; exits via SystemExit."""
+    """Run the code in /work as ``__main__`` with only stdin, stdout and stderr open (never returns)."""
     _prctl(PR_SET_DUMPABLE, 1)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.closerange(3, 65536)
     os.chdir("/work")
     sys.executable = sys._base_executable = _run_user_code[1]  # type: ignore[attr-defined]
-    _run_user_code[0](code)
-    sys.exit(0)  # up through main(): the interpreter ends as a script would (threads joined, output flushed)
+    try:
+        _run_user_code[0](code)
+        status = 0
+    except SystemExit as done:
+        status = done.code if isinstance(done.code, int) else int(done.code is not None)
+        if done.code is not None and not isinstance(done.code, int):
+            print(done.code, file=sys.stderr)
+    exit_fast(status)
+
+
+def exit_fast(status: int) -> None:
+    """End as the interpreter would (threads joined, atexit run, output flushed) without tearing it down:
+    finalizing the modules this fork inherited costs 8 ms a call and does nothing for the code."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()  # type: ignore[attr-defined]  # waits for non-daemon threads, as exit does
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 _run_user_code: list = []
@@ -335,29 +358,20 @@ def launch(settings: dict, code: str) -> tuple[str, int]:
         run_init(settings, code, report_write)
     _init_pid.append(init)
     os.close(report_write)
-    first = _read_line(report_read)
-    if first == "ready":
-        os.write(settings["status_fd"], b"boundary=1\n")
-        os.close(settings["status_fd"])
-        last = _read_line(report_read)
-    else:
-        last = first
+    with os.fdopen(report_read, "rb") as report:  # lines: "ready" then "exit <status>", or why it stopped
+        first = report.readline().decode("utf-8", errors="replace").strip()
+        if first == "ready":
+            os.write(settings["status_fd"], b"boundary=1\n")
+            os.close(settings["status_fd"])
+            last = report.readline().decode("utf-8", errors="replace").strip()
+        else:
+            last = first
     os.waitpid(init, 0)  # returns once every process of the namespace is gone
     if first.startswith("refused "):
         return f"boundary=0 {first[8:]}", REFUSED
     if first.startswith("error "):
         return first, SETUP_ERROR
     return "", int(last[5:]) if last.startswith("exit ") else -signal.SIGKILL
-
-
-def _read_line(fd: int) -> str:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode("utf-8", errors="replace").strip()
 
 
 def main() -> None:
