@@ -24,6 +24,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
 from workers.log_probs import sequence_log_probs
+from workers.offload import on_device
 from workers.recipe import section
 from workers.engine import serving
 from workers.training import allreduce_mean
@@ -56,6 +57,7 @@ class DPOWorker(ActorWorker):
         self.beta = float(beta) if beta is not None else 0.1
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def train_dpo(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step on the pairs; returns rank-averaged ``loss``, ``rewards/*``, ``grad_norm``, ``lr``."""
         lr = self._start_update(batch, POLICY_PAIR_KEYS + _REF_KEYS, "train_dpo", unit="pairs")
@@ -75,6 +77,7 @@ class DPOWorker(ActorWorker):
         return {**allreduce_mean(metrics, self.device), "lr": lr}
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def eval_dpo(self, batch: DataProto) -> DataProto:
         """Per pair: the policy's summed response log-probs ``chosen_logp`` and ``rejected_logp``; no gradients."""
         self._require_model()

@@ -24,6 +24,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import serving
 from workers.packing import packed_sequence_scores
+from workers.offload import on_device
 from workers.recipe import model_config, optim_config, section
 from workers.trainable import TrainableRoleWorker
 from workers.training import allreduce_mean
@@ -76,6 +77,7 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         self.update_calls = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    @on_device
     def init_model(self) -> None:
         """Build tokenizer, sequence classifier (placed by ``roles.reward.strategy``), optimizer and LR scheduler."""
         self._init_trained_model()
@@ -92,6 +94,7 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         return loss, {"loss": loss.detach(), **metrics}
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def train_reward_model(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step on the pairs; returns rank-averaged ``loss``, ``accuracy`` (chosen scored
         higher), ``margin`` (mean r_chosen - r_rejected), ``grad_norm`` and ``lr``."""
@@ -104,6 +107,7 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         return {**allreduce_mean(metrics, self.device), "lr": lr}
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def eval_reward_model(self, batch: DataProto) -> DataProto:
         """Per pair: ``chosen_score`` and ``rejected_score``; no gradients."""
         self._require_model()

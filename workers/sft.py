@@ -29,6 +29,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
 from workers.forward import lm_forward
+from workers.offload import on_device
 from workers.engine import serving
 from workers.packing import packed_token_nll
 from workers.training import allreduce_mean, distributed
@@ -68,6 +69,7 @@ class SFTWorker(ActorWorker):
     """The policy trained on demonstrations: ``train_sft``, ``eval_sft``, plus everything an actor has."""
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def train_sft(self, batch: DataProto) -> dict[str, float]:
         """One optimizer step; returns rank-averaged ``loss`` (token mean over the whole batch),
         ``tokens`` (learned tokens on this rank), ``grad_norm`` and ``lr``."""
@@ -96,6 +98,7 @@ class SFTWorker(ActorWorker):
         return {**averaged, "tokens": local_tokens, "lr": lr}
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    @on_device
     def eval_sft(self, batch: DataProto) -> DataProto:
         """Per row: ``nll_sum`` (summed over its learned tokens) and ``tokens``; no gradients."""
         self._require_model()

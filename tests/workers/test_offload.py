@@ -137,3 +137,28 @@ def test_offload_gives_the_same_numbers_and_moves_the_state_between_calls(ray_se
     assert torch.equal(ref_log_probs, plain["log_probs"])
     for rank in range(2):
         assert not set(before[rank]["param_pointers"]) & set(after[rank]["param_pointers"])
+
+
+def test_a_stage_trainer_with_offload_trains_to_the_same_numbers():
+    """SFT (FSDP2 at world 1) with param and optimizer offload: its state waits on the host between calls,
+    and two steps give the plain run's losses exactly."""
+    from rlhfctl.data.pairs import DemonstrationDataset, collate_demonstrations
+    from rlhfctl.protocol import DataProto
+    from rlhfctl.tasks import get_task
+    from tests.workers.conftest import local_group
+    from workers.sft import SFTWorker
+
+    demos = list(DemonstrationDataset(get_task("digits").make_demonstrations(4, 0), tokenizer()))
+    batch = DataProto.from_dict(collate_demonstrations(demos, tokenizer().pad_token_id), meta_info={"packed": False})
+    losses = {}
+    for offload in (False, True):
+        fsdp = {"param_offload": offload, "optimizer_offload": offload}
+        with local_group(SFTWorker, tiny_recipe(roles={"actor": {"strategy": "fsdp2", "fsdp": fsdp}}), "actor") as sft:
+            worker = sft.workers[0]
+            held: list = []
+            before = storage_places(worker.module, worker.optimizer, held)
+            losses[offload] = [sft.train_sft(batch)[0] for _ in range(2)]
+            after = storage_places(worker.module, worker.optimizer, held)
+            moved = not set(before["param_pointers"]) & set(after["param_pointers"])
+            assert moved == offload and after["moment_devices"] == ["cpu"]
+    assert losses[True] == losses[False]
