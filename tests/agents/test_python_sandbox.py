@@ -106,6 +106,17 @@ def test_syntax_error_and_sys_exit_are_reported() -> None:
     assert run("import sys; sys.exit(3)").text == "error: exit status 3"
 
 
+def test_the_code_ends_as_a_script_would_threads_joined_atexit_run() -> None:
+    code = """
+        import atexit, threading, time
+        atexit.register(print, "atexit ran")
+        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", flush=True))).start()
+        print("main done")
+    """
+    assert run(code).text == "main done\nthread done\natexit ran\n"
+    assert run("import sys; sys.exit('bad input')").text == "error: exit status 1\nbad input\n"
+
+
 def test_non_string_code_is_an_error_not_an_exception() -> None:
     tool = PythonSandbox()
     result = asyncio.run(tool.execute("t", {"code": 12}))
