@@ -265,7 +265,8 @@ def _gib(count: int | None) -> str:
 
 def _state_terms(planned: PlannedRole, rank: int, call: str, group: str) -> list[Term]:
     """What a role keeps during ``call``: its (master) weights and optimizer moments, on the device unless offloaded
-    (``cpu_offload``: always; ``param_offload``: outside the role's own calls; ``optimizer_offload``: outside its update)."""
+    (``cpu_offload``: always; ``param_offload``: outside the role's own calls; ``optimizer_offload``: outside its
+    update)."""
     memory, state = planned.memory, planned.memory.ranks[rank]
     if not state.state_bytes and not state.offloaded:
         return []  # nothing between calls: the rollout group's vLLM engine holds its weights
@@ -273,27 +274,32 @@ def _state_terms(planned: PlannedRole, rank: int, call: str, group: str) -> list
         return [Term(f"{memory.role} state (offloaded)", memory.role, "state", 0,
                      f"fsdp.cpu_offload: {_gib(state.param_bytes + state.optimizer_bytes)} in host memory")]
     own = call.split(".", 1)[0] == memory.role
-    where = f"/ {memory.world_size} ranks ({memory.strategy})" if memory.strategy == "fsdp2" and memory.world_size > 1 else "(replica)"
-    params = f"{_count(memory.parameters)} params x {'4 B fp32 master' if memory.trainable_parameters == memory.parameters else _param_bytes(memory, planned.shape)} {where}"
-    if memory.param_offload and not own:
+    where = (f"/ {memory.world_size} ranks ({memory.strategy})" if memory.strategy == "fsdp2" and memory.world_size > 1
+             else "(replica)")
+    params = f"{_count(memory.parameters)} params x {_param_bytes(memory, planned.shape)} {where}"
+    weights_here = own or not memory.param_offload
+    if not weights_here:
         params = f"fsdp.param_offload: {_gib(state.param_bytes)} ({params}) in host memory outside {memory.role}'s calls"
-    terms = [Term(f"{memory.role} weights", memory.role, "state", state.param_bytes if own or not memory.param_offload else 0, params)]
+    terms = [Term(f"{memory.role} weights", memory.role, "state", state.param_bytes if weights_here else 0, params)]
     if state.optimizer_bytes:
         moments = f"{_count(memory.trainable_parameters)} trained x 2 AdamW moments x 4 B {where}"
-        on_device = not memory.optimizer_offload or (own and group == UPDATE)
-        if not on_device:
+        moments_here = not memory.optimizer_offload or (own and group == UPDATE)
+        if not moments_here:
             moments = f"fsdp.optimizer_offload: {_gib(state.optimizer_bytes)} ({moments}) in host memory outside the update"
-        terms.append(Term(f"{memory.role} optimizer", memory.role, "state", state.optimizer_bytes if on_device else 0, moments))
+        terms.append(Term(f"{memory.role} optimizer", memory.role, "state", state.optimizer_bytes if moments_here else 0,
+                          moments))
     return terms
 
 
 def _param_bytes(memory: "RoleMemory", shape: ModelShape) -> str:
-    """Bytes per parameter of a role's weights: compute dtype frozen; a LoRA actor's frozen base in compute dtype and
-    its adapter as float32 masters."""
-    if not memory.trainable_parameters:
-        return f"{shape.compute_bytes} B"
-    frozen = memory.parameters - memory.trainable_parameters
-    return f"({_count(frozen)} frozen x {shape.compute_bytes} B + {_count(memory.trainable_parameters)} adapter x 4 B fp32)"
+    """Bytes per parameter of a role's weights: float32 masters trained, compute dtype frozen; a LoRA actor's frozen
+    base in compute dtype and its adapter as float32 masters."""
+    trained, c = memory.trainable_parameters, shape.compute_bytes
+    if trained == memory.parameters:
+        return "4 B fp32 master"
+    if not trained:
+        return f"{c} B"
+    return f"({_count(memory.parameters - trained)} frozen x {c} B + {_count(trained)} adapter x 4 B fp32)"
 
 
 def _gathered_weights(planned: PlannedRole) -> list[Term]:
