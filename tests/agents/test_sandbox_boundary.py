@@ -313,6 +313,17 @@ def test_a_missing_readonly_path_is_an_error_before_any_code_runs(tmp_path) -> N
     assert result.metrics["ok"] == 0.0
     with pytest.raises(ValueError, match="readonly_paths must be a list of absolute paths"):
         PythonSandbox(readonly_paths=["relative/dir"])
+    for path in ("/", "/proc/1", "/work/x", "/dev"):
+        with pytest.raises(ValueError, match=f"readonly_paths cannot show '{path}'"):
+            PythonSandbox(readonly_paths=[path])
+
+
+def test_a_single_file_can_be_shown_read_only(tmp_path) -> None:
+    tests = tmp_path / "tests.jsonl"
+    tests.write_text('{"input": 1}\n')
+    os.chmod(tmp_path, 0o755)
+    code = f"import os\nprint(open('{tests}').read(), end='')\nprint(sorted(os.listdir('{tmp_path}')))"
+    assert lines(run(code, readonly_paths=[str(tests)])) == ['{"input": 1}', "['tests.jsonl']"]
 
 
 UNPRIVILEGED_DRIVER = """

@@ -424,7 +424,12 @@ def _absolute_paths(paths: Any) -> tuple[str, ...]:
     """``readonly_paths`` checked: a list of absolute paths (shown at the same place inside)."""
     if isinstance(paths, str) or not all(isinstance(p, str) and os.path.isabs(p) for p in paths):
         raise ValueError(f"python tool: readonly_paths must be a list of absolute paths, got {paths!r}")
-    return tuple(os.path.normpath(p) for p in paths)
+    normal = tuple(os.path.normpath(p) for p in paths)
+    for path in normal:  # the sandbox's own mounts would hide these, or they would hide the whole boundary
+        if path == "/" or any(path == top or path.startswith(top + "/") for top in ("/work", "/proc", "/dev")):
+            raise ValueError(f"python tool: readonly_paths cannot show {path!r}: '/', /work, /proc and /dev are the "
+                             "sandbox's own; show a folder elsewhere")
+    return normal
 
 
 def _settle(future: asyncio.Future[None]) -> None:
