@@ -326,6 +326,27 @@ def test_a_single_file_can_be_shown_read_only(tmp_path) -> None:
     assert lines(run(code, readonly_paths=[str(tests)])) == ['{"input": 1}', "['tests.jsonl']"]
 
 
+def test_the_launcher_ends_the_call_at_its_deadline_if_the_tool_is_gone() -> None:
+    token = new_token()
+    status_read, status_write = os.pipe()
+    settings = python_sandbox._boundary_settings(status_write, deadline_s=1.0)
+    code = f"{NAME_ME.format(token=token)}\nimport time\ntime.sleep(60)"
+    started = time.monotonic()
+    launcher = subprocess.Popen(python_sandbox.launcher_command(True, settings), stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, pass_fds=(status_write,), cwd="/", start_new_session=True)
+    os.close(status_write)
+    launcher.stdin.write(code.encode())
+    launcher.stdin.close()  # and nobody times the call out: as if the tool had died
+    try:
+        assert wait_for_named(token), "the code never ran: the deadline check would prove nothing"
+        assert launcher.wait(timeout=10) == -9
+    finally:
+        launcher.kill()
+        os.close(status_read)
+    assert time.monotonic() - started < 5.0
+    assert named(token) == []
+
+
 UNPRIVILEGED_DRIVER = """
 import asyncio, json, os, sys
 sys.path.insert(0, sys.argv[1])

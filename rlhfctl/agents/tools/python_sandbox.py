@@ -41,8 +41,8 @@ _DRAIN_AFTER_EXIT_S = 1.0
 """How long output is still read after the process group is killed (a detached grandchild may hold the pipe)."""
 _STOP_GRACE_S = 3.0
 """How long the launcher has, after SIGTERM, to kill the namespace and wait for it to empty (then: SIGKILL)."""
-UNCONFINED_KEY = "rollout.multi_turn.tools[i].config.allow_unconfined"
-"""The key a user sets to run without the boundary (``i``: the python tool's index in the list)."""
+_DEADLINE_AFTER_TIMEOUT_S = 10.0
+"""The launcher ends its call this long after ``timeout_s`` by itself, should the tool be gone by then."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -103,7 +103,7 @@ def _boundary_settings(status_fd: int, **overrides: Any) -> dict[str, Any]:
     settings = {"status_fd": status_fd, "cpu_s": 5, "memory_bytes": int(defaults["memory_mb"]) * _MIB,
                 "file_bytes": int(defaults["max_file_mb"]) * _MIB, "max_processes": int(defaults["max_processes"]),
                 "isolate_network": True, "readonly_paths": [], "site_packages": False,
-                "work_bytes": int(defaults["work_mb"]) * _MIB}
+                "work_bytes": int(defaults["work_mb"]) * _MIB, "deadline_s": 60.0}
     settings.update(overrides)
     return settings
 
@@ -343,7 +343,7 @@ class PythonSandbox(Tool):
         settings = dict(self.limits, status_fd=status_fd, isolate_network=self.isolate_network)
         if confined:
             settings.update(readonly_paths=list(self.readonly_paths), site_packages=self.site_packages,
-                            work_bytes=self.work_bytes)
+                            work_bytes=self.work_bytes, deadline_s=self.timeout_s + _DEADLINE_AFTER_TIMEOUT_S)
         else:
             settings.update(require_network_isolation=self.require_network_isolation)
         return settings

@@ -338,7 +338,8 @@ _init_pid: list[int] = []
 
 
 def _stop(_sig: int, _frame: object) -> None:
-    """The tool's timeout: kill init, so the kernel empties the namespace; main() then waits for it."""
+    """The tool's timeout (SIGTERM), or the deadline's (SIGALRM): kill init, so the kernel empties the namespace;
+    launch() then waits for it."""
     if _init_pid:
         os.kill(_init_pid[0], signal.SIGKILL)
     else:
@@ -377,13 +378,15 @@ def launch(settings: dict, code: str) -> tuple[str, int]:
 def main() -> None:
     """Read settings from argv and code from stdin, run the code in the boundary, exit as the code did."""
     signal.signal(signal.SIGTERM, _stop)
+    settings = marshal.loads(bytes.fromhex(sys.argv[1]))
+    signal.signal(signal.SIGALRM, _stop)  # a backstop if the tool died and cannot time the call out any more
+    signal.setitimer(signal.ITIMER_REAL, settings["deadline_s"])
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sandbox_child  # a sibling script; -I left this folder off sys.path
 
     del sys.path[0]
     _run_user_code[:] = [sandbox_child.run_user_code, os.path.realpath(sys.executable)]  # resolved while visible
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    settings = marshal.loads(bytes.fromhex(sys.argv[1]))
     code = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
