@@ -213,6 +213,19 @@ def test_secrets_and_the_projects_files_are_not_visible() -> None:
     assert not shown_top & {"home", "var", "run", "opt", "mnt", "srv", "boot", "sys"} - {Path(sys.base_prefix).parts[1]}
 
 
+def test_site_packages_shows_the_installed_packages_but_not_the_project() -> None:
+    code = """
+        import pluggy
+        print("pluggy", pluggy.__name__)
+        try:
+            import rlhfctl
+        except ImportError as error:
+            print(type(error).__name__)
+    """
+    assert lines(run(code, site_packages=True)) == ["pluggy pluggy", "ModuleNotFoundError"]
+    assert "No module named 'pluggy'" in run("import pluggy").text
+
+
 def test_ptrace_mount_and_a_nested_namespace_are_denied() -> None:
     code = f"""
         import ctypes, errno

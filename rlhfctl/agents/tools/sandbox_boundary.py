@@ -112,16 +112,20 @@ def ids_inside() -> tuple[int, int]:
 def shown_paths(readonly_paths: list[str], site_packages: bool) -> list[str]:
     """The host paths shown read-only, outermost first: the system, this interpreter, the configured ones."""
     interpreter = [os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.__file__)]
-    prefixes = (sys.base_prefix, sys.prefix)
-    for entry in sys.path:  # lib-dynload, and site-packages when the child has them (never the project)
-        inside = entry.startswith(prefixes) or (site_packages and entry.endswith(("site-packages", "dist-packages")))
-        if inside and os.path.isdir(entry):
+    for entry in sys.path:  # lib-dynload, and site-packages when the child may import them (never the project)
+        packages = entry.endswith(("site-packages", "dist-packages"))
+        if (site_packages if packages else entry.startswith(sys.base_prefix)) and os.path.isdir(entry):
             interpreter.append(entry)
     wanted = [p for p in SYSTEM_PATHS + ETC_PATHS if os.path.lexists(p)] + interpreter + list(readonly_paths)
     kept: list[str] = []
+    folders: list[str] = []  # the real paths of the kept folders: what is below them is shown already
     for path in sorted({os.path.normpath(p) for p in wanted}, key=lambda p: (p.count("/"), p)):
-        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept if not os.path.islink(k)):
-            kept.append(path)
+        real = os.path.realpath(path)
+        if any(real == folder or real.startswith(folder + "/") for folder in folders):
+            continue  # e.g. /lib/x when /lib -> usr/lib and /usr is shown
+        kept.append(path)
+        if not os.path.islink(path):
+            folders.append(real.rstrip("/"))
     return kept
 
 
@@ -180,24 +184,33 @@ def build_root(shown: list[tuple[str, int | str]], settings: dict, uid: int, gid
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
     os.chdir("/tmp")
+    in_work = [(path, source) for path, source in shown if path == "/work" or path.startswith("/work/")]
     for path, source in shown:
-        target = "." + path
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        if isinstance(source, str):
-            os.symlink(source, target)
-            continue
-        if os.path.isdir(f"/proc/self/fd/{source}"):
-            os.mkdir(target)
-        else:
-            open(target, "x").close()
-        _mount(f"/proc/self/fd/{source}", target, None, MS_BIND | MS_REC)
-        _make_read_only(target)
-        os.close(source)
+        if (path, source) not in in_work:
+            _show(path, source)
     _populate(settings, uid, gid)
+    for path, source in in_work:  # an interpreter under the host's /work: shown over the work tmpfs
+        _show(path, source)
     _check(_syscall("pivot_root", b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", ctypes.c_int(MNT_DETACH)), "umount old root")
     os.chdir("/")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _show(path: str, source: int | str) -> None:
+    """Show one host path at the same place under the new root (cwd): a read-only bind, or the same symlink."""
+    target = "." + path
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if isinstance(source, str):
+        os.symlink(source, target)
+        return
+    if os.path.isdir(f"/proc/self/fd/{source}"):
+        os.mkdir(target)
+    else:
+        open(target, "x").close()
+    _mount(f"/proc/self/fd/{source}", target, None, MS_BIND | MS_REC)
+    _make_read_only(target)
+    os.close(source)
 
 
 def _populate(settings: dict, uid: int, gid: int) -> None:
