@@ -8,18 +8,26 @@ from pathlib import Path
 from typing import Any
 
 from rlhfctl.single_controller import Dispatch, register
-from workers import ActorWorker
+from workers import ActorWorker, CriticWorker
 from workers.checkpointing import save_hf_directory
 
 
-class ShardedLoadActor(ActorWorker):
-    """ActorWorker plus three views: the sharded load's report, the parameters' dtypes, a bounded export."""
+class LoadReportView:
+    """A registered view of what this rank read from the checkpoint files (workers/sharded_load.py)."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_report(self) -> dict[str, Any] | None:
         """What this rank read from the checkpoint files (None: it did not load sharded)."""
         report = getattr(self.module, "load_report", None)
         return None if report is None else dataclasses.asdict(report)
+
+
+class ShardedLoadCritic(LoadReportView, CriticWorker):
+    """CriticWorker plus its load report."""
+
+
+class ShardedLoadActor(LoadReportView, ActorWorker):
+    """ActorWorker plus three views: the sharded load's report, the parameters' dtypes, a bounded export."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def parameter_dtypes(self) -> dict[str, str]:

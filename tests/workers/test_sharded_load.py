@@ -17,7 +17,7 @@ from rlhfctl.models.loading import load_causal_lm
 from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from tests.workers.conftest import local_group
 from tests.workers.recipes import TINY_MODEL, tiny_recipe, tokenizer
-from tests.workers.sharded_workers import ShardedLoadActor
+from tests.workers.sharded_workers import ShardedLoadActor, ShardedLoadCritic
 from tests.workers.test_engine import PROMPT, fixed_batch
 from workers import ActorWorker
 from workers.sharded_load import shard_rows
@@ -39,11 +39,11 @@ def path_recipe(path: Path, **actor):
 
 
 @contextlib.contextmanager
-def ray_group(recipe, name: str, worker=ShardedLoadActor, world: int = 2) -> Iterator[RayWorkerGroup]:
+def ray_group(recipe, name: str, worker=ShardedLoadActor, world: int = 2, role: str = "actor") -> Iterator[RayWorkerGroup]:
     pool = RayResourcePool([world], name=name)
     group = None
     try:
-        group = RayWorkerGroup(pool, RayClassWithInitArgs(worker, recipe, "actor"), role="actor")
+        group = RayWorkerGroup(pool, RayClassWithInitArgs(worker, recipe, role), role=role)
         group.init_model()
         yield group
     finally:
@@ -113,3 +113,36 @@ def test_fsdp2_ranks_load_their_own_rows_and_export_streams_into_bounded_files(r
         logits = loaded(input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"]).logits
     direct = torch.log_softmax(logits[:, PROMPT - 1 : -1].float(), -1).gather(-1, batch.batch["responses"][..., None]).squeeze(-1)
     torch.testing.assert_close(direct, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_tensors_the_files_lack_start_alike_a_lora_adapter_and_a_critic_head(ray_session, tmp_path):
+    source = saved_model(tmp_path / "source", tie=False)
+    batch = fixed_batch()
+    with local_group(ActorWorker, path_recipe(source), "actor") as whole:
+        expected = whole.compute_log_prob(batch).batch["old_log_probs"]
+    with ray_group(path_recipe(source, strategy="fsdp2", lora={"r": 4, "alpha": 8}), "sharded-lora") as group:
+        reports = group.load_report()
+        policy = group.compute_log_prob(batch).batch["old_log_probs"]
+        reference = group.compute_ref_log_prob(batch).batch["ref_log_prob"]
+        group.export_bounded(str(tmp_path / "lora"), 2**31)
+    fresh = reports[0]["fresh"]
+    assert fresh == reports[1]["fresh"] and len(fresh) == 2 * 7 * 2 and all(".lora_" in name for name in fresh)
+    # lora_B starts at zero: the adapted model is the base, bit for bit, and so is the merged export.
+    torch.testing.assert_close(policy, expected, atol=0, rtol=0)
+    torch.testing.assert_close(reference, expected, atol=0, rtol=0)
+    exported, source_tensors = file_tensors(tmp_path / "lora"), file_tensors(source)
+    assert sorted(exported) == sorted(source_tensors)
+    assert all(torch.equal(exported[name], tensor) for name, tensor in source_tensors.items())
+
+    critic = tiny_recipe(roles={"critic": {"model": {"path": str(source), "dtype": "float32"}, "strategy": "fsdp2"}})
+    with ray_group(critic, "sharded-critic", worker=ShardedLoadCritic, role="critic") as group:
+        reports = group.load_report()
+        values = group.compute_values(batch).batch["values"]
+        group.export_hf(str(tmp_path / "critic"))
+    assert [report["fresh"] for report in reports] == [["score.bias", "score.weight"]] * 2
+    assert values.shape == batch.batch["responses"].shape and torch.isfinite(values).all() and values.std() > 0
+    exported = file_tensors(tmp_path / "critic")
+    backbone = {name: tensor for name, tensor in source_tensors.items() if name.startswith("model.")}
+    assert all(torch.equal(exported[name], tensor) for name, tensor in backbone.items())
+    assert exported["score.weight"].shape == (1, 40) and exported["score.weight"].abs().sum() > 0
