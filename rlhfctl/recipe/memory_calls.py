@@ -142,6 +142,7 @@ class ModelShape:
     kv_heads: int = 1
     head_dim: int = 0
     experts: str = ""  # a MoE model: "E experts, k active x I" (``intermediate`` is then the active experts' width)
+    intermediate_size: int = 0  # the config's own ``intermediate_size`` (what vLLM's sharding rules read)
 
     def kv_heads_per_rank(self, tensor_parallel: int) -> int:
         """KV heads one tensor-parallel rank holds: ``kv_heads / t``, at least 1 (vLLM replicates a head past that)."""
@@ -182,6 +183,7 @@ def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> Mod
         root_params=sum(p.numel() for p in root), root_trainable=sum(p.numel() for p in root if p.requires_grad),
         compute_bytes=compute_bytes, largest_tensor=max((p.numel() for p in model.parameters()), default=0),
         attention_heads=heads, kv_heads=kv_heads, head_dim=head_dim, experts=experts,
+        intermediate_size=int(getattr(config, "intermediate_size", None) or 0),
     )
 
 
@@ -485,15 +487,20 @@ def _engine_bytes(shape: ModelShape, parameters: int, t: int, tokens: int) -> tu
     return weights, kv
 
 
-def _tensor_parallel_options(shape: ModelShape, ranks_per_node: int) -> list[int]:
-    """Tensor-parallel sizes an engine may take: dividing the ranks per node (one engine stays on one node) and the
-    attention heads, with KV heads split evenly or replicated whole."""
-    return [t for t in range(1, ranks_per_node + 1) if ranks_per_node % t == 0 and shape.attention_heads % t == 0
-            and (shape.kv_heads % t == 0 or t % shape.kv_heads == 0)]
+def _tensor_parallel_options(shape: ModelShape, nodes: tuple[int, ...]) -> list[int]:
+    """Tensor-parallel sizes an engine may take: dividing the ranks of every node (one engine stays on one node) and
+    passing vLLM's sharding rules (:func:`rlhfctl.recipe.check_tensor_parallel.shard_problems`, their one home)."""
+    from rlhfctl.recipe.check_tensor_parallel import shard_problems
+
+    fields = {"num_attention_heads": shape.attention_heads, "num_key_value_heads": shape.kv_heads,
+              "intermediate_size": shape.intermediate_size or None}
+    return [t for t in range(1, min(nodes) + 1)
+            if all(ranks % t == 0 for ranks in nodes) and not shard_problems(t, fields, shape.vocab)]
 
 
-def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, ranks_per_node: int, device_memory: int) -> EngineFit:
-    """The vLLM engine of the generating role ``holder`` against its share of a ``device_memory`` device."""
+def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, nodes: tuple[int, ...], device_memory: int) -> EngineFit:
+    """The vLLM engine of the generating role ``holder``, on a pool of ``nodes`` ranks per node, against its share of
+    a ``device_memory`` device."""
     from workers.recipe import rollout_config
     from workers.sampling.vllm_engine import engine_settings
 
@@ -501,7 +508,7 @@ def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, ranks_per_node: i
     t, tokens = int(settings["tensor_parallel_size"]), sequence_length(recipe)
     weights, kv = _engine_bytes(shape, served, t, tokens)
     options = tuple((size, sum(_engine_bytes(shape, served, size, tokens)))
-                    for size in _tensor_parallel_options(shape, ranks_per_node))
+                    for size in _tensor_parallel_options(shape, nodes))
     formula = (f"weights {_count(served)} params x {shape.compute_bytes} B / tensor_parallel_size {t} + KV of one "
                f"sequence: 2 x {shape.layers} layers x {shape.kv_heads_per_rank(t)} KV heads per rank "
                f"(max(1, {shape.kv_heads} / {t})) x head dim {shape.head_dim} x {tokens} tokens x {shape.compute_bytes} B")

@@ -476,5 +476,5 @@ def plan_memory(recipe: Mapping[str, Any], pools: Mapping[str, Any], device_memo
         holder = next((item for item in planned if item.memory.role == generating_role(recipe)), None)
         if holder is not None and use_gpu and plan.device_memory and stage_of(recipe) is None and rollout_engine(recipe) == "vllm":
             nodes = tuple(getattr(pools[name], "process_on_nodes", ()) or (holder.memory.world_size,))
-            plan.engines[name] = engine_fit(recipe, holder, min(nodes), plan.device_memory)
+            plan.engines[name] = engine_fit(recipe, holder, nodes, plan.device_memory)
     return plan
