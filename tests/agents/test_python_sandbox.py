@@ -248,6 +248,14 @@ def test_an_os_that_refuses_the_namespaces_refuses_to_build_the_tool_naming_the_
     assert "rollout.multi_turn.tools[i].config.allow_unconfined: true" in message
 
 
+def test_a_launcher_that_crashes_is_reported_and_probed_again(monkeypatch) -> None:
+    monkeypatch.setattr(python_sandbox, "_REFUSALS", {})
+    monkeypatch.setattr(python_sandbox, "launcher_command",
+                        lambda *args, **kwargs: [sys.executable, "-c", "raise SystemExit('launcher bug')"])
+    assert python_sandbox.boundary_refusal() == "the launcher ended with status 1 and no report: launcher bug"
+    assert python_sandbox._REFUSALS == {}  # not a verdict on the kernel: the next tool probes again
+
+
 def test_allow_unconfined_runs_the_code_as_before_where_the_os_refuses(threaded_child, listening_port, caplog) -> None:
     with caplog.at_level("WARNING", logger=python_sandbox.__name__):
         result = run(CONNECT.format(port=listening_port), allow_unconfined=True)

@@ -1,8 +1,7 @@
 """The bundled ``python`` tool: run the model's code inside a boundary of Linux namespaces, without blocking the loop.
 
-Each call starts ``python -I -S -u sandbox_boundary.py`` (isolated mode: no site-packages, no ``PYTHON*``
-variables, no script directory on ``sys.path``) in its own process group with a scrubbed environment. It
-builds new user, mount, PID, network, IPC and UTS namespaces and runs the code there as an unprivileged
+Each call starts the launcher, ``python -I -S -u -c "import sandbox_boundary; ..."`` (isolated mode: no
+site-packages, no ``PYTHON*`` variables), in its own process group with a scrubbed environment. It builds new user, mount, PID, network, IPC and UTS namespaces and runs the code there as an unprivileged
 user with no capabilities, in a read-only root with a writable tmpfs at ``/work``, under resource limits
 (:mod:`rlhfctl.agents.tools.sandbox_boundary`). When the call ends, however it ends, every process it
 started is dead. The parent enforces the wall-clock timeout and caps the captured output.
@@ -64,21 +63,27 @@ _REFUSALS: dict[bool, str] = {}
 
 def boundary_refusal(isolate_network: bool = True) -> str:
     """'' when this host lets the tool build its boundary, else the kernel's reason; probed once per process
-    by running an empty program through the real launcher."""
-    if isolate_network not in _REFUSALS:
-        status_read, status_write = os.pipe()
-        settings = _boundary_settings(status_write, isolate_network=isolate_network)
-        try:
-            subprocess.run(launcher_command(True, settings), input=b"", capture_output=True, timeout=60,
-                           pass_fds=(status_write,), env=_scrubbed_env("/work"), cwd="/", check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            _REFUSALS[isolate_network] = f"the launcher did not run: {error}"
-        else:
-            status = _read_status(status_read)
-            _REFUSALS[isolate_network] = "" if status == "boundary=1" else (status[11:] or status or "no status")
-        finally:
-            for fd in (status_read, status_write):
-                os.close(fd)
+    by running an empty program through the real launcher (a launcher that could not run is not remembered)."""
+    if isolate_network in _REFUSALS:
+        return _REFUSALS[isolate_network]
+    status_read, status_write = os.pipe()
+    settings = _boundary_settings(status_write, isolate_network=isolate_network)
+    try:
+        probe = subprocess.run(launcher_command(True, settings), input=b"", capture_output=True, timeout=60,
+                               pass_fds=(status_write,), env=_scrubbed_env("/work"), cwd="/", check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"the launcher did not run: {error}"
+    finally:
+        os.close(status_write)
+        status = _read_status(status_read)
+        os.close(status_read)
+    if status == "boundary=1":
+        _REFUSALS[isolate_network] = ""
+    elif status.startswith("boundary=0"):
+        _REFUSALS[isolate_network] = status[11:] or "no reason given"
+    else:  # a crash, not a refusal: say what it printed
+        tail = probe.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:] or [""]
+        return f"the launcher ended with status {probe.returncode} and no report: {tail[0]}"
     return _REFUSALS[isolate_network]
 
 
