@@ -248,6 +248,21 @@ def test_an_os_that_refuses_the_namespaces_refuses_to_build_the_tool_naming_the_
     assert "rollout.multi_turn.tools[i].config.allow_unconfined: true" in message
 
 
+def test_a_call_the_kernel_refuses_after_the_probe_said_yes(threaded_child, monkeypatch) -> None:
+    """The probe passed (as if the host changed since), the calls are refused for real: never run unconfined
+    unless allowed, not even on a later call."""
+    monkeypatch.setattr(python_sandbox, "_REFUSALS", {True: ""})
+    strict = PythonSandbox()
+    for _ in range(2):
+        result = run("print('ran')", tool=strict)
+        assert result.text.startswith("error: the python tool's sandbox cannot be built on this host (unshare:")
+        assert "allow_unconfined: true" in result.text and result.metrics["confined"] == 0.0
+    assert strict.confined
+    lenient = PythonSandbox(allow_unconfined=True)
+    assert run("print('ran')", tool=lenient).text == "ran\n"
+    assert not lenient.confined
+
+
 def test_a_launcher_that_crashes_is_reported_and_probed_again(monkeypatch) -> None:
     monkeypatch.setattr(python_sandbox, "_REFUSALS", {})
     monkeypatch.setattr(python_sandbox, "launcher_command",

@@ -169,7 +169,7 @@ class _Child(asyncio.SubprocessProtocol):
 
 
 class PythonSandbox(Tool):
-    """Runs a Python snippet in a child process and returns its combined stdout and stderr.
+    """Runs a Python snippet inside the namespace boundary and returns its combined stdout and stderr.
 
     Config (defaults in :attr:`defaults`): ``timeout_s`` wall clock; ``cpu_s`` CPU seconds;
     ``memory_mb`` address space; ``max_processes`` RLIMIT_NPROC (0 leaves it unset); ``max_file_mb``
@@ -286,17 +286,17 @@ class PythonSandbox(Tool):
 
     async def _run(self, instance_id: str, code: str) -> ToolResult:
         result = await self._run_once(instance_id, code, self.confined)
-        if result is None:  # the kernel refused the boundary after the probe said yes: opt out, or say so
+        if isinstance(result, str):  # the kernel refused the boundary after the probe said yes: opt out, or say so
             try:
-                self._refused(self.refusal)
+                self._refused(result)
             except SandboxUnavailable as error:
                 return ToolResult(f"error: {error}", metrics={"ok": 0.0, "confined": 0.0})
             result = await self._run_once(instance_id, code, False)
-        assert result is not None
+        assert isinstance(result, ToolResult)
         return result
 
-    async def _run_once(self, instance_id: str, code: str, confined: bool) -> ToolResult | None:
-        """One call; None when the boundary was refused (``self.refusal`` then says why)."""
+    async def _run_once(self, instance_id: str, code: str, confined: bool) -> ToolResult | str:
+        """One call; or, when the kernel refused the boundary, why (no code ran)."""
         workdir = None if confined else tempfile.mkdtemp(prefix="rlhfctl-python-", dir=self.work_root)
         status_read, status_write = os.pipe()
         child = _Child(workdir, keep_bytes=4 * self.max_output_chars + 16, confined=confined)
@@ -322,8 +322,7 @@ class PythonSandbox(Tool):
             await _wait_briefly(child.closed, _DRAIN_AFTER_EXIT_S)
             status = _read_status(status_read)
             if confined and status.startswith("boundary=0"):
-                self.refusal = status[11:] or "no reason given"
-                return None
+                return status[11:] or "no reason given"
             return self._result(child, timed_out, status, time.monotonic() - started)
         finally:
             for fd in (status_read, status_write):
