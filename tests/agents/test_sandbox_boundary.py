@@ -375,9 +375,9 @@ print(json.dumps({"caller": [os.geteuid(), os.getegid(), os.getgroups()], **resu
 @pytest.mark.skipif(os.geteuid() != 0, reason="pytest already runs unprivileged: every other test is the unprivileged case")
 def test_the_boundary_holds_for_an_unprivileged_caller(tmp_path) -> None:
     """As uid 65534: the same launcher, with maps the caller may write itself (its own id, setgroups denied)."""
-    interpreter = shutil.which("python3", path="/usr/bin:/bin")
+    interpreter = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
     if interpreter is None:
-        pytest.skip("no system python3 that uid 65534 can run (this interpreter lives under /root)")
+        pytest.skip("no python3 in /usr/local/bin, /usr/bin or /bin for uid 65534 to run")
     copy = Path(tempfile.mkdtemp(prefix="rlhfctl-unprivileged-"))
     try:
         shutil.copytree(REPO / "rlhfctl", copy / "rlhfctl", ignore=shutil.ignore_patterns("__pycache__"))
