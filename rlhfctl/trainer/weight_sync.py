@@ -2,9 +2,11 @@
 
 A sync is two calls sent together: ``send_weights`` on the actor (queued behind its update) and
 ``receive_weights`` on the rollout group (queued behind the generations already sent, so those finish
-on the weights they started with). Every ``rollout.sync_check_every`` syncs a probe call follows the
+on the weights they started with). Every ``rollout.sync_check_every``-th weight version a probe call follows the
 receive, and the actor scores the probe's samples (``rollout/sync_check_diff``). Nothing here waits at
-send time: the metrics of a sync are collected with the next step's.
+send time: the metrics of a sync are collected with the next step's. With tensor-parallel vLLM engines
+(``rollout.vllm.tensor_parallel_size`` t) the rollout group's world is engines x t, and every one of its
+ranks joins the channel and receives every bucket: its engine keeps its own shard of each tensor.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ class WeightSync:
         self.syncs += 1
         send = self.actor.send_weights.submit()
         receive = self.rollout.receive_weights.submit(version)
-        due = self.check_every > 0 and (self.syncs - 1) % self.check_every == 0  # the first sync is checked too
+        # By version, not by this process's count: a resumed run checks the syncs the uninterrupted one did (version 0,
+        # the run's first sync, included), so its metrics are the same.
+        due = self.check_every > 0 and version % self.check_every == 0
         probe = self.rollout.sync_probe.submit() if due else None
         self._pending.append(_Sync(version, send, receive, probe))
 

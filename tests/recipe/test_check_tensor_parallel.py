@@ -91,3 +91,17 @@ def test_inspect_dispatch_shows_the_engines_and_their_ranks_colocated_and_separa
         *VLLM, f"{KEY}=2", "resource_pools.gen={process_on_nodes: [2], use_gpu: false}", "rollout.placement=separate",
         "rollout.pool=gen"]))
     assert "engine: vllm, vllm engines: 1 x TP 2: ranks [0,1] on pool gen (rollout.placement: separate)" in separate[0].note
+
+
+def test_agent_rollouts_are_refused_with_t_above_1_and_t_1_checks_nothing():
+    from rlhfctl.recipe.check_tensor_parallel import check_tensor_parallel
+    from rlhfctl.recipe.pools import resolve_pools
+
+    def issues(*overrides: str) -> list[str]:
+        cfg = load_recipe(QUICKSTART, [*VLLM, "resource_pools.main.process_on_nodes=[2]", *overrides])
+        return [f"{issue.key_path}: {issue.message}" for issue in check_tensor_parallel(cfg, resolve_pools(cfg))]
+
+    agent = issues(f"{KEY}=2", "rollout.multi_turn.enable=true")
+    assert len(agent) == 1 and agent[0].startswith(f"{KEY}: {KEY}: 2 with rollout.multi_turn: an agent's rounds differ")
+    assert issues(f"{KEY}=1", "resource_pools.main.process_on_nodes=[3]") == []
+    assert issues(f"{KEY}=2", "rollout.engine=hf", "resource_pools.main.process_on_nodes=[3]") == []  # no engine to split
