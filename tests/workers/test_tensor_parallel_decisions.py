@@ -54,3 +54,70 @@ def test_a_left_over_shared_memory_segment_of_this_ranks_engine_is_unlinked_and_
     removed = _remove_stale_shared_memory(3, 2, directory=str(tmp_path))  # rank 3 is the second of engine [2, 3]
     assert removed == [str(tmp_path / "-tp:0-[2-3]-cpushm_1")]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(set(names) - {"-tp:0-[2-3]-cpushm_1"})
+
+
+def _fake_vllm(monkeypatch, world: int) -> list[dict]:
+    """A ``vllm`` whose LLM records its options and environment, in a world of ``world`` ranks (this one rank 1)."""
+    import os
+    import sys
+    import types
+
+    import torch
+
+    from workers.sampling import vllm_engine
+
+    built: list[dict] = []
+
+    class LLM:
+        def __init__(self, **options):
+            built.append({"options": options, "bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND")})
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
+    monkeypatch.setattr(vllm_engine, "vllm_version_problem", lambda installed=None: None)
+    monkeypatch.setattr(vllm_engine, "_engine_group", lambda t: f"group of {t}")
+    monkeypatch.setattr(vllm_engine, "_remove_stale_shared_memory", lambda rank, t: [])
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: world)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    for name in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_LOGGING_LEVEL", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    return built
+
+
+def _engine(device: str, t: int):
+    import torch
+
+    from workers.sampling.vllm_engine import VllmRolloutEngine, engine_settings
+
+    engine = VllmRolloutEngine.__new__(VllmRolloutEngine)
+    engine.role, engine.rank, engine.device = "actor", 1, torch.device(device)
+    engine.settings = {**engine_settings({}), "tensor_parallel_size": t}
+    engine.tensor_parallel_size, engine.local_rank, engine.local_world_size = t, 1, 2
+    engine.sleep_mode, engine._config_dir = False, "/nonexistent"
+    return engine
+
+
+def test_an_engine_over_t_ranks_is_built_for_t_with_the_binding_on_the_cpu_and_no_custom_all_reduce_on_cuda(monkeypatch):
+    import os
+
+    import pytest
+
+    built = _fake_vllm(monkeypatch, world=4)
+    cpu = _engine("cpu", 2)
+    cpu._start(seed=1, max_model_len=64, dtype="float32")
+    options = built[-1]["options"]
+    assert options["tensor_parallel_size"] == 2 and options["distributed_executor_backend"] == "external_launcher"
+    assert built[-1]["bind"] == "0,1|2,3"  # four cores, two local ranks: one engine over both halves
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in os.environ  # set for the engine's start only
+    assert cpu._prompt_group == "group of 2"
+    cuda = _engine("cuda", 2)
+    cuda._start(seed=1, max_model_len=64, dtype="bf16")
+    assert built[-1]["options"]["disable_custom_all_reduce"] is True and built[-1]["bind"] is None
+    with pytest.raises(ValueError, match=r"tensor_parallel_size 3 needs a process group whose size it divides; this group has 4"):
+        _engine("cpu", 3)._start(seed=1, max_model_len=64, dtype="float32")
+    one = _engine("cpu", 1)
+    one._start(seed=1, max_model_len=64, dtype="float32")
+    assert built[-1]["options"]["tensor_parallel_size"] == 1 and built[-1]["bind"] is None and one._prompt_group is None

@@ -301,6 +301,10 @@ def _engine_config_dir(module: nn.Module) -> str:
 class VllmRolloutEngine:
     """A colocated vLLM engine: created from the actor's module, synced after updates, asleep while training."""
 
+    tensor_parallel_size = 1  # rollout.vllm.tensor_parallel_size, set from the settings in __init__
+    local_rank, local_world_size = 0, 1  # this rank's place on its node: its slice of the node's cores
+    _prompt_group: Any = None  # the gloo group of this engine's ranks, which exchange their prompts (t > 1)
+
     def __init__(
         self,
         module: nn.Module,
@@ -321,7 +325,6 @@ class VllmRolloutEngine:
         self.local_rank, self.local_world_size = int(local_rank), int(local_world_size)
         self.wakes = 0  # wake-ups from sleep so far; the actor probes once more after the first (probe_due)
         self.probes = 0  # log-prob probes the actor ran against this engine
-        self._prompt_group: Any = None  # the gloo group of this engine's ranks, which exchange their prompts
         self.sleep_mode = device.type == "cuda" and bool(self.settings["enable_sleep_mode"])
         self.spans: list[tuple[str, float, float]] = []  # (name, start, end): engine phases for the trace
         self.metrics: dict[str, float] = {}
