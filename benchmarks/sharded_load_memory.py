@@ -13,7 +13,6 @@ pages of the mapped safetensors files, page cache shared between the ranks of a 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
