@@ -191,6 +191,8 @@ def fresh_full_tensors(module: nn.Module, names: list[str], seed: int) -> dict[s
             values[name] = torch.zeros(shape)
         else:
             owner_name, _, leaf = name.rpartition(".")
+            if not hasattr(owners[owner_name], "reset_parameters"):
+                raise NotShardable(f"the checkpoint has no {name!r}, and {type(owners[owner_name]).__name__} cannot initialise it")
             clone = copy.deepcopy(owners[owner_name]).to_empty(device="cpu").float()
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(int(torch.randint(2**31, (1,), generator=generator)))
