@@ -146,3 +146,27 @@ def test_tensors_the_files_lack_start_alike_a_lora_adapter_and_a_critic_head(ray
     backbone = {name: tensor for name, tensor in source_tensors.items() if name.startswith("model.")}
     assert all(torch.equal(exported[name], tensor) for name, tensor in backbone.items())
     assert exported["score.weight"].shape == (1, 40) and exported["score.weight"].abs().sum() > 0
+
+
+def test_a_checkpoint_missing_a_layer_tensor_is_not_shardable_and_bin_files_are_not_read(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from workers.engine import decoder_layers
+    from workers.sharded_load import CheckpointIndex, NotShardable, checkpoint_directory, parameters_on_meta, plan_sources
+
+    source = saved_model(tmp_path / "source", tie=True)
+    with parameters_on_meta():
+        model = load_causal_lm({"config": {**TINY_MODEL["config"], "tie_word_embeddings": True, "hidden_size": 40,
+                                           "intermediate_size": 72}}, tokenizer(), seed=0)
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert {b.device.type for b in model.buffers()} == {"cpu"}  # inv_freq computed, as at init
+    sources = plan_sources(model, CheckpointIndex(source), decoder_layers(model))
+    assert sources["model.embed_tokens.weight"] == "model.embed_tokens.weight" and "lm_head.weight" not in sources
+
+    state = load_file(str(source / "model.safetensors"))
+    del state["model.layers.1.mlp.up_proj.weight"]
+    save_file(state, str(source / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(NotShardable, match="model.layers.1.mlp.up_proj.weight"):
+        plan_sources(model, CheckpointIndex(source), decoder_layers(model))
+    (source / "model.safetensors").rename(source / "weights.bin")
+    assert checkpoint_directory({"path": str(source)}) is None
