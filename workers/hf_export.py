@@ -24,9 +24,9 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 from torch import nn
 
+from rlhfctl.models.loading import VALUE_HEAD_FILE
 from workers.engine import full_tensor
 from workers.lora import is_lora
-from workers.sharded_load import VALUE_HEAD_FILE
 
 __all__ = [
     "MAX_SHARD_BYTES",

@@ -11,7 +11,8 @@ initialised on every rank alike from the run's seed, as a full tensor (they are 
 ``A`` by peft's rule (Kaiming uniform, a = sqrt(5)) and ``B`` as zeros, so the adapted model starts as the
 base; another module by its own ``reset_parameters``. Their values therefore differ from a full load's.
 A checkpoint whose names the model does not match (other than fresh ones) is :class:`NotShardable`: the
-caller falls back to the full load.
+caller falls back to the full load. ``workers.engine.materialize`` keeps each rank's :class:`LoadReport`
+on the model as ``load_report`` (what it read: the tests check that no rank read more than its share).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlhfctl.models.loading import VALUE_HEAD_FILE
+
 __all__ = [
-    "VALUE_HEAD_FILE",
     "CheckpointIndex",
     "LoadReport",
     "NotShardable",
@@ -39,10 +41,10 @@ __all__ = [
     "fresh_full_tensors",
     "load_local_shards",
     "parameters_on_meta",
+    "plan_sources",
     "shard_rows",
 ]
 
-VALUE_HEAD_FILE = "value_head.safetensors"  # CausalLMWithValueHead's head, next to the backbone's files
 _INDEX_FILE = "model.safetensors.index.json"
 _SINGLE_FILE = "model.safetensors"
 

@@ -57,6 +57,7 @@ from rlhfctl.local_paths import looks_local
 from rlhfctl.models.tokenizer import TOKENIZER_CLASS_NAME, CharTokenizer
 
 __all__ = [
+    "VALUE_HEAD_FILE",
     "CausalLMWithValueHead",
     "ModelConfigError",
     "build_config",
@@ -75,7 +76,7 @@ __all__ = [
 
 _USES_DTYPE_KWARG = version.parse(transformers.__version__) >= version.parse("4.56")
 _EXAMPLE_MODEL_TYPES = ("qwen2", "qwen3", "llama", "mistral", "gpt2", "gpt_neox")
-_VALUE_HEAD_FILE = "value_head.safetensors"
+VALUE_HEAD_FILE = "value_head.safetensors"  # CausalLMWithValueHead's head, next to its backbone's files
 _DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -478,7 +479,7 @@ class CausalLMWithValueHead(nn.Module):
     ) -> CausalLMWithValueHead:
         """Load a backbone checkpoint; load the head too if ``value_head.safetensors`` is there."""
         backbone = AutoModel.from_pretrained(directory, **kwargs)
-        head_file = Path(directory) / _VALUE_HEAD_FILE
+        head_file = Path(directory) / VALUE_HEAD_FILE
         with _seeded(seed):
             model = cls(backbone)
         if head_file.is_file():
@@ -502,7 +503,7 @@ class CausalLMWithValueHead(nn.Module):
             self.backbone.save_pretrained(directory, state_dict=backbone, **kwargs)
             head = {key.removeprefix("value_head."): value for key, value in state_dict.items() if key.startswith("value_head.")}
         state = {key: tensor.detach().cpu().contiguous() for key, tensor in head.items()}
-        save_file(state, str(Path(directory) / _VALUE_HEAD_FILE))
+        save_file(state, str(Path(directory) / VALUE_HEAD_FILE))
 
     def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict[str, Any] | None = None) -> None:
         """Forward to the backbone so workers can treat both value-model kinds alike."""
@@ -567,7 +568,7 @@ def load_token_value_model(model_cfg: Mapping[str, Any], tokenizer: Any, *, dtyp
 
 def _pretrained_value_model(path: str, seed: int | None, trust_remote_code: bool, kwargs: dict[str, Any]) -> nn.Module:
     """A value model from a checkpoint: ours with its value head, a token classifier, or a backbone + new head."""
-    if os.path.isfile(os.path.join(path, _VALUE_HEAD_FILE)):
+    if os.path.isfile(os.path.join(path, VALUE_HEAD_FILE)):
         return CausalLMWithValueHead.from_pretrained(path, seed=seed, **kwargs)
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     if _has_head(config, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "AutoModelForTokenClassification"):
