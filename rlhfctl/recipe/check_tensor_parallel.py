@@ -68,7 +68,7 @@ def shard_problems(t: int, fields: Mapping[str, Any], vocab: int | None) -> list
 def check_tensor_parallel(cfg: Any, pools: Mapping[str, PoolInfo]) -> list[Issue]:
     """Errors for a ``rollout.vllm.tensor_parallel_size`` that the generating pool or the actor's model cannot take."""
     rollout = cfg.rollout
-    t = int((rollout.get("vllm") or {}).get("tensor_parallel_size") or 1)
+    t = int(rollout.vllm.tensor_parallel_size)  # the loaded recipe carries the schema's default
     if rollout.get("engine", "hf") != "vllm" or t == 1:
         return []
     issues = []
