@@ -164,14 +164,20 @@ def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
 def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter,
                        stop: KeyboardInterrupt | None = None) -> None:
     """On Ctrl-C or a stop signal (``stop``), finish the checkpoint still being written, then checkpoint the last
-    completed step (if asked and not saved yet) and wait for it; best effort."""
+    completed step (if asked and not saved yet) and wait for it; best effort. A stop forced inside a step (a
+    second request) saves nothing: the workers may hold part of that step."""
     trainer.write_trace()
     step = trainer.completed_step
+    reason = str(stop) if stop is not None else ""  # a bare KeyboardInterrupt (Ctrl-C) has no text
     try:
         trainer.wait_for_checkpoint()
+        running = getattr(trainer, "running_step", None)
+        if running is not None:  # a second request stopped the step midway: the workers hold part of it
+            reporter.message(f"{reason or 'interrupted'} inside step {running}: its state is partial, so it is not "
+                             f"saved; the checkpoint of step {trainer.saved_step} is kept")
+            return
         if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
             return
-        reason = str(stop) if stop is not None else ""  # a bare KeyboardInterrupt (Ctrl-C) has no text
         reporter.message(f"{reason or 'interrupted'}: saving step {step} before exiting")
         trainer.save(step)
         trainer.wait_for_checkpoint()

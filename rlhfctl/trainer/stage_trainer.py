@@ -89,16 +89,17 @@ class StageTrainer(TrainerBase):
         trainer, total = self.cfg.trainer, int(self.cfg.trainer.total_steps)
         metrics: dict[str, float] = {}
         for step in range(self.start_step + 1, total + 1):
-            self.reporter.step_started(step, total)
-            step_start = time.time()
-            metrics = self.train_step()
-            self.record_step_trace(step, step_start, time.time())
-            if self.eval_data is not None and (step == total or (trainer.val_every and step % trainer.val_every == 0)):
-                metrics.update(self.evaluate())
-            self._check_finite(step, metrics)
-            with safe_point_pending():  # logged and done as one: a stop between would save (and resume) the step before
-                self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
-                self.completed_step = step
+            with self.step(step):  # a stop signal waits for the step's end: the step is saved whole
+                self.reporter.step_started(step, total)
+                step_start = time.time()
+                metrics = self.train_step()
+                self.record_step_trace(step, step_start, time.time())
+                if self.eval_data is not None and (step == total or (trainer.val_every and step % trainer.val_every == 0)):
+                    metrics.update(self.evaluate())
+                self._check_finite(step, metrics)
+                with safe_point_pending():  # logged and done as one
+                    self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
+                    self.completed_step = step
             if trainer.save_every and (step % trainer.save_every == 0 or step == total):
                 self.save(step)
         self.export()

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.errors import Diverged
-from rlhfctl.run_signals import safe_point_pending
+from rlhfctl.run_signals import safe_point_pending, step_in_progress
 from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
@@ -39,6 +41,7 @@ class TrainerBase:
 
     def _start_runtime(self) -> None:
         self.start_step = self.completed_step = self.saved_step = 0
+        self.running_step: int | None = None  # the step under way: a stop inside it leaves partial state
         self.pending_checkpoint: checkpoint.PendingCheckpoint | None = None  # a save still writing
         # Always recorded (cheap) for the end-of-run summary; written to trace.json when trainer.trace is on.
         self.trace = TraceRecorder()
@@ -68,6 +71,20 @@ class TrainerBase:
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`driver_state` saved."""
+
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Step ``step`` from its first call to its metrics line: a stop request waits for its end, so the step
+        is saved whole and a resumed run goes on exactly where this one stopped (``rlhfctl.run_signals``)."""
+
+        def notice(signal_name: str) -> None:
+            self.reporter.message(f"{signal_name}: finishing step {step}, then saving it; send it again to stop at "
+                                  f"once (the checkpoint of step {self.saved_step} is kept then)", "warning")
+
+        self.running_step = step
+        with step_in_progress(notice):
+            yield
+            self.running_step = None
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
