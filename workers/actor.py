@@ -26,7 +26,7 @@ from rlhfctl.agents.trajectory import response_width
 from workers.sampling.agent_rollout import agent_rollout_for, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
 from workers.sampling.sync_probe import PROBE_PARAMS, log_prob_gap, probe_prompts, vocab_of
-from workers.seeding import derive_seed, make_generator
+from workers.seeding import derive_seed, generation_seed_parts, make_generator
 from workers.trainable import TrainableRoleWorker
 from workers.weight_sender import WeightSender
 from workers.training import allreduce_mean
@@ -165,32 +165,44 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         """
         self._require_model()
         params = SamplingParams.from_config(self.rollout, prompts.meta_info)
-        stream = "validate" if prompts.meta_info.get("validate") else "generate"
+        parts = self._seed_parts(prompts.meta_info)
+        self.module.eval()
+        if self.agent_rollout is not None:
+            batch = self._generate_agent_rollout(prompts, params, parts)
+        elif self.rollout_engine is not None:
+            batch = self._generate_with_vllm(prompts, params, derive_seed(*parts))
+        else:
+            generator = make_generator(self.device, *parts)
+            with serving(self.module, self.engine):
+                batch = generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+        batch.meta_info.pop("draw", None)  # the call's own numbering
+        return batch
+
+    def _seed_parts(self, meta_info: Mapping[str, Any]) -> tuple[Any, ...]:
+        """What seeds one generation call: the draw the driver numbered (``meta_info["draw"]``), as on a rollout group
+        of its own, so a resumed run draws the same samples whatever else ran on this rank since its checkpoint; a
+        call without one (validation, ReMax's greedy baseline) takes the next number of its stream's counter."""
+        stream = "validate" if meta_info.get("validate") else "generate"
         counter = f"{stream}_calls"
         calls = getattr(self, counter)
         setattr(self, counter, calls + 1)
-        self.module.eval()
-        if self.agent_rollout is not None:
-            return self._generate_agent_rollout(prompts, params, stream, calls)
-        if self.rollout_engine is not None:
-            return self._generate_with_vllm(prompts, params, derive_seed(self.seed, self.rank, stream, calls))
-        generator = make_generator(self.device, self.seed, self.rank, stream, calls)
-        with serving(self.module, self.engine):
-            return generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+        if stream == "generate" and meta_info.get("draw") is not None:
+            return generation_seed_parts(self.seed, self.rank, meta_info)
+        return (self.seed, self.rank, stream, calls)
 
-    def _generate_agent_rollout(self, prompts: DataProto, params: SamplingParams, stream: str, calls: int) -> DataProto:
+    def _generate_agent_rollout(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
         """Multi-turn trajectories with tool calls (``rollout.multi_turn``), on this rank's engine."""
         self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
         agent = self.agent_rollout
         if self.rollout_engine is not None:
             batch_generate = self.rollout_engine.batch_generate(
-                self.module, params, eos_ids=agent.eos_ids, seed=derive_seed(self.seed, self.rank, stream, calls)
+                self.module, params, eos_ids=agent.eos_ids, seed=derive_seed(*parts)
             )
             try:
                 return agent.generate(prompts, params, batch_generate)
             finally:
                 self.rollout_engine.sleep()
-        generator = make_generator(self.device, self.seed, self.rank, stream, calls)
+        generator = make_generator(self.device, *parts)
         batch_generate = hf_batch_generate(
             self.module, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id, device=self.device, generator=generator
         )

@@ -29,22 +29,12 @@ from workers.role import RoleWorker
 from workers.sampling.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
 from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 from workers.sampling.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
-from workers.seeding import derive_seed, make_generator
+from workers.seeding import derive_seed, generation_seed_parts, make_generator
 from workers.weight_sync import SyncAddress, WeightChannel
 
 __all__ = ["RolloutWorker", "generation_seed_parts"]
 
 _DRAW_KEYS = ("draw", "chunk", "chunks")
-
-
-def generation_seed_parts(seed: int, rank: int, meta_info: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The parts that seed one generation call: the draw (and chunk) the driver numbered, so a step's samples
-    do not depend on which process generates them, and equal the colocated actor's with one chunk a draw."""
-    draw = int(meta_info.get("draw", 0))
-    chunks = int(meta_info.get("chunks", 1))
-    if chunks == 1:
-        return (seed, rank, "generate", draw)
-    return (seed, rank, "generate", draw, int(meta_info.get("chunk", 0)))
 
 
 class RolloutWorker(RoleWorker):

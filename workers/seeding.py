@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["capture_rng_state", "derive_seed", "gather_rng_states", "make_generator", "restore_rng_state",
-           "rng_state_for_rank", "seed_everything"]
+__all__ = ["capture_rng_state", "derive_seed", "gather_rng_states", "generation_seed_parts", "make_generator",
+           "restore_rng_state", "rng_state_for_rank", "seed_everything"]
 
 
 def derive_seed(*parts: int | str) -> int:
@@ -100,3 +101,14 @@ def rng_state_for_rank(saved: dict[str, Any], rank: int) -> dict[str, Any] | Non
     if per_rank is not None:
         return per_rank[rank] if rank < len(per_rank) else None
     return saved.get("rng") if rank == 0 else None
+
+
+def generation_seed_parts(seed: int, rank: int, meta_info: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The parts that seed one generation call: the draw (and chunk) the driver numbered, so a step's samples
+    do not depend on which process generates them (the colocated actor and a rollout group draw alike, one chunk
+    a draw) nor on what else ran there since a checkpoint."""
+    draw = int(meta_info.get("draw", 0))
+    chunks = int(meta_info.get("chunks", 1))
+    if chunks == 1:
+        return (seed, rank, "generate", draw)
+    return (seed, rank, "generate", draw, int(meta_info.get("chunk", 0)))

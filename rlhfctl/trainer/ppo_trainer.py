@@ -108,16 +108,17 @@ class PPOTrainer(TrainerBase):
         cfg, total = self.cfg.trainer, self.cfg.trainer.total_steps
         metrics: dict[str, float] = {}
         for step in range(self.start_step + 1, total + 1):
-            self.reporter.step_started(step, total)
-            step_start = time.time()
-            metrics = self.train_step(step)
-            self.record_step_trace(step, step_start, time.time())
-            if cfg.val_every and (step % cfg.val_every == 0 or step == total):
-                metrics.update(self.validate(step))
-            with safe_point_pending():  # logged and done as one: a stop between would save (and resume) the step before
-                self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
-                self.samples.write(step, self.metrics_log)
-                self.completed_step = step
+            with self.step(step):  # a stop signal waits for the step's end: the step is saved whole
+                self.reporter.step_started(step, total)
+                step_start = time.time()
+                metrics = self.train_step(step)
+                self.record_step_trace(step, step_start, time.time())
+                if cfg.val_every and (step % cfg.val_every == 0 or step == total):
+                    metrics.update(self.validate(step))
+                with safe_point_pending():  # logged and done as one
+                    self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
+                    self.samples.write(step, self.metrics_log)
+                    self.completed_step = step
             if cfg.save_every and (step % cfg.save_every == 0 or step == total):
                 self.save(step)
         return metrics
@@ -276,16 +277,12 @@ class PPOTrainer(TrainerBase):
         return [group for group in (self.actor, self.critic) if group is not None]
 
     def driver_state(self) -> dict[str, Any]:
-        """The KL controller's coefficient (adaptive controllers change it)."""
-        state = {"kl_controller": self.kl_controller.state_dict()}
-        if isinstance(self.rollouts, SeparateRollouts):
-            state.update(self.rollouts.driver_state())
-        return state
+        """The KL controller's coefficient (adaptive controllers change it) and the rollouts' draw count."""
+        return {"kl_controller": self.kl_controller.state_dict(), **self.rollouts.driver_state()}
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.kl_controller.load_state_dict(state["kl_controller"])
-        if isinstance(self.rollouts, SeparateRollouts):
-            self.rollouts.restore_driver_state(state)
+        self.rollouts.restore_driver_state(state)
 
     def summary(self) -> dict[str, Any]:
         """Mean reward of the first and last steps; with ``trainer.export_hf`` the policy is written to ``<output_dir>/model`` first."""

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rlhfctl.protocol import DataProto
+from rlhfctl.run_signals import stop_requested
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
 from rlhfctl.single_controller.worker_group import GroupMethod
@@ -112,7 +113,11 @@ class Rollouts:
         self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
         self.group_filter = GroupFilterSettings.from_recipe(cfg, tokenizer.pad_token_id)
         self._ahead: Rollout | FilteredRollout | None = None
-        self._batcher_state_before_draw: dict[str, Any] = {}
+        # Each draw of prompts is numbered, and the number seeds its generation (workers.seeding.generation_seed_parts):
+        # a resumed run draws the same samples whatever the actor's ranks ran after the checkpoint. None: a checkpoint
+        # from before the numbering, whose generations follow the actor's own call counter.
+        self.draws: int | None = 0
+        self._before_ahead: tuple[dict[str, Any], int | None] = ({}, 0)
 
     def next(self) -> Rollout | FilteredRollout:
         """This step's rollout: the one sent ahead during the last step, or one sent now."""
@@ -133,18 +138,26 @@ class Rollouts:
         first), nor at the last step, nor on the local backend (its calls run as they are sent).
         """
         cfg = self.trainer_cfg
-        if not cfg.overlap_rollout or self.actor.backend != "ray" or step >= cfg.total_steps:
-            return False
+        if not cfg.overlap_rollout or self.actor.backend != "ray" or step >= cfg.total_steps or stop_requested():
+            return False  # a stop saves this step: nothing of the next goes out
         return not (cfg.save_every and step % cfg.save_every == 0) and not (cfg.val_every and step % cfg.val_every == 0)
 
     def batcher_state(self) -> dict[str, Any]:
         """The prompt order as of the last completed step, even when the next step's prompts are drawn."""
-        return self._batcher_state_before_draw if self._ahead is not None else self.batcher.state_dict()
+        return self._before_ahead[0] if self._ahead is not None else self.batcher.state_dict()
+
+    def driver_state(self) -> dict[str, Any]:
+        """The number of draws as of the last completed step (the next draw's number seeds its generation)."""
+        draws = self._before_ahead[1] if self._ahead is not None else self.draws
+        return {} if draws is None else {"rollout_draws": draws}
+
+    def restore_driver_state(self, state: dict[str, Any]) -> None:
+        self.draws = int(state["rollout_draws"]) if "rollout_draws" in state else None
 
     def _send(self) -> Rollout | FilteredRollout:
         """A step's first draw: generation with every scoring call queued behind it, or, with
         ``algorithm.filter_groups``, generation and reward only (the rest waits for the kept groups)."""
-        self._batcher_state_before_draw = self.batcher.state_dict()
+        self._before_ahead = (self.batcher.state_dict(), self.draws)
         if self.group_filter is not None:
             return FilteredRollout(self.group_filter, self._generation(), self._generation, self._send_scoring)
         generation = self._generation()
@@ -156,6 +169,9 @@ class Rollouts:
     def _generation(self) -> Generation:
         """The next batch of prompts sent to the actor, with the reward queued behind generation."""
         prompts = to_dataproto(next(self.batcher), self.tokenizer)
+        if self.draws is not None:
+            prompts.meta_info["draw"] = self.draws
+            self.draws += 1
         generated = self.actor.generate_sequences.submit(prompts)
         return Generation(prompts, generated, self._score(self.reward, self.reward.compute_rewards, generated))
 
