@@ -262,7 +262,7 @@ class RolloutConfig:
     pool: Optional[str] = _field(None, "placement separate: the resource pool of the rollout worker group (its processes are the engine's data-parallel replicas)")
     worker: str = _field("workers.rollout_worker.RolloutWorker", "placement separate: the rollout group's worker class (module.Class)")
     sync_every: int = _field(1, "placement separate: send the actor's weights to the rollout group every this many updates (sooner when trainer.max_staleness needs it)", min=1)
-    sync_check_every: int = _field(10, "placement separate: every this many weight syncs, compare the rollout engine's and the actor's log-probs of a fixed probe batch (rollout/sync_check_diff; 0: never)", min=0)
+    sync_check_every: int = _field(10, "placement separate: at every weight version that is a multiple of this (version 0, the first sync, included), compare the rollout engine's and the actor's log-probs of a fixed probe batch (rollout/sync_check_diff; 0: never)", min=0)
     stream_chunks: int = _field(1, "placement separate: generate each step's prompts in this many calls, the reward scoring each one as it finishes", min=1)
     importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
