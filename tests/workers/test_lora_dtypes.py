@@ -51,3 +51,18 @@ def test_lora_base_stays_bf16_and_matches_the_float32_base_within_bf16_tolerance
         assert ours["actor/pg_loss"] == pytest.approx(theirs["actor/pg_loss"], rel=0 if strategy == "fsdp2" else 0.02, abs=1e-6)
     assert not torch.allclose(new["after"], new["old"], atol=1e-4)  # the adapter moved
     torch.testing.assert_close(new["reference"], new["old"], atol=0, rtol=0)  # B = 0 at start: adapter == base
+
+
+def test_the_engine_sync_merges_a_bf16_base_and_a_float32_adapter_in_float32():
+    """The weight sync adds the adapter's delta to the bf16 base in float32 and rounds once, as peft's merge does."""
+    from workers.sampling.vllm_engine import _merged
+
+    generator = torch.Generator().manual_seed(0)
+    base = torch.randn(64, 64, generator=generator).to(torch.bfloat16)
+    delta = 1e-3 * torch.randn(64, 64, generator=generator)  # below bf16's resolution at the base's size
+    once = (base.float() + delta).to(torch.bfloat16)
+    twice = base + delta.to(torch.bfloat16)
+    assert not torch.equal(once, twice)  # the delta is big enough for the two roundings to differ
+    assert torch.equal(_merged(base, delta, torch.bfloat16), once)
+    assert _merged(base, delta, None).dtype == torch.bfloat16  # None: the base's own dtype
+    assert torch.equal(_merged(base.float(), delta, torch.float32), base.float() + delta)  # float32 bases as before

@@ -236,14 +236,18 @@ def _named_weights(model: nn.Module, dtype: torch.dtype | None = None) -> Iterat
 
 
 def _merged(base: torch.Tensor, delta: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """base + delta in the base's dtype, then cast and gathered: on the shards when both are DTensors alike."""
+    """base + delta in the wider of their dtypes, then cast and gathered: on the shards when both are DTensors alike.
+
+    A LoRA base is stored in the compute dtype (bf16) and its adapter in float32: the sum is taken in float32 and
+    rounded once, as peft's merge does, not rounded twice through the base's dtype."""
     from torch.distributed.tensor import DTensor
 
+    wide = torch.promote_types(base.dtype, delta.dtype)
     if isinstance(base, DTensor) and isinstance(delta, DTensor):
         delta = delta.redistribute(base.device_mesh, base.placements)  # the delta's layout follows its matmul
     elif isinstance(base, DTensor) or isinstance(delta, DTensor):
-        return _full(_full(base) + _full(delta).to(base.dtype), dtype)  # mixed: gather both, then add
-    return _full(base + delta.to(base.dtype), dtype)
+        return _full(_full(base).to(wide) + _full(delta).to(wide), dtype or base.dtype)  # mixed: gather both, then add
+    return _full(base.to(wide) + delta.to(wide), dtype or base.dtype)
 
 
 def gathered_weights(module: nn.Module, bucket_bytes: int, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
