@@ -42,4 +42,6 @@ def test_the_quickstart_prints_only_rlhfctls_own_lines(tmp_path):
 def test_verbose_lets_the_libraries_output_through(tmp_path):
     done = train(tmp_path, "ray.backend=local", "--verbose")
     assert done.returncode == 0, done.stderr
-    assert "Writing model shards" in done.stderr  # transformers' own save bar, kept off without --verbose
+    # torch's own warning from the checkpoint writer, kept off without --verbose (the HF export streams its files
+    # itself since it stopped going through save_pretrained, whose bar this test used to look for)
+    assert "UserWarning: torch.distributed" in done.stderr
