@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .advantages import GroupIndex, _check_inputs, _group_ids, _group_mean_std
+from .group_stats import GroupIndex, _check_inputs, _group_ids, _group_mean_std
 from .masked import masked_whiten
 from .registry import register_advantage_estimator
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup
+from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup, RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from tests.workers.recipes import tiny_recipe
 from workers import ActorWorker
 
@@ -23,6 +23,22 @@ def local_group(worker_cls: type, recipe: dict[str, Any], role: str, init: bool 
         yield group
     finally:
         group.shutdown()
+
+
+@contextlib.contextmanager
+def ray_role_group(worker_cls: type, recipe: dict[str, Any], role: str, name: str, world: int = 2) -> Iterator[RayWorkerGroup]:
+    """A RayWorkerGroup of ``world`` ranks of ``worker_cls(recipe, role)`` on a pool of its own, initialised; its
+    processes and the pool's resources are released afterwards."""
+    pool = RayResourcePool([world], name=name)
+    group = None
+    try:
+        group = RayWorkerGroup(pool, RayClassWithInitArgs(worker_cls, recipe, role), role=role)
+        group.init_model()
+        yield group
+    finally:
+        if group is not None:
+            group.shutdown()
+        pool.release()
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,6 @@ Hugging Face directory every checkpoint carries."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,8 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlhfctl.protocol import DataProto
-from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-from tests.workers.conftest import local_group
+from tests.workers.conftest import local_group, ray_role_group
 from tests.workers.recipes import tiny_recipe
 from workers import ActorWorker
 
@@ -47,18 +44,9 @@ def engine_recipe(**actor):
     return tiny_recipe(roles={"actor": actor})
 
 
-@contextlib.contextmanager
-def ray_group(recipe, name: str, world: int = 2) -> Iterator[RayWorkerGroup]:
-    pool = RayResourcePool([world], name=name)
-    group = None
-    try:
-        group = RayWorkerGroup(pool, RayClassWithInitArgs(ActorWorker, recipe, "actor"), role="actor")
-        group.init_model()
-        yield group
-    finally:
-        if group is not None:
-            group.shutdown()
-        pool.release()
+def ray_group(recipe, name: str, world: int = 2):
+    """A group of ``world`` actor ranks (see ``ray_role_group``)."""
+    return ray_role_group(ActorWorker, recipe, "actor", name, world)
 
 
 def total_state(sizes: dict[str, int]) -> int:

@@ -4,14 +4,12 @@ ranks hold different numbers of rows (real Ray, world 2, gloo). Plus the FSDP2 m
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from rlhfctl.protocol import DataProto
-from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+from tests.workers.conftest import ray_role_group
 from tests.workers.recipes import TINY_MODEL, tiny_recipe
 from tests.workers.scoring_workers import ScoringActor, ScoringCritic, ScoringReward
 from workers.engine import mesh_device_type
@@ -38,18 +36,9 @@ def uneven_batch() -> DataProto:
     })
 
 
-@contextlib.contextmanager
-def ray_role(worker: type, recipe: dict, role: str, name: str) -> Iterator[RayWorkerGroup]:
-    pool = RayResourcePool([2], name=name)
-    group = None
-    try:
-        group = RayWorkerGroup(pool, RayClassWithInitArgs(worker, recipe, role), role=role)
-        group.init_model()
-        yield group
-    finally:
-        if group is not None:
-            group.shutdown()
-        pool.release()
+def ray_role(worker: type, recipe: dict, role: str, name: str):
+    """A two-rank group of ``worker`` (see ``ray_role_group``)."""
+    return ray_role_group(worker, recipe, role, name)
 
 
 @pytest.mark.slow

@@ -4,9 +4,7 @@ streams tensor by tensor into bounded files that ``from_pretrained`` loads."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,7 @@ import torch
 from safetensors import safe_open
 
 from rlhfctl.models.loading import load_causal_lm
-from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-from tests.workers.conftest import local_group
+from tests.workers.conftest import local_group, ray_role_group
 from tests.workers.recipes import TINY_MODEL, tiny_recipe, tokenizer
 from tests.workers.sharded_workers import ShardedLoadActor, ShardedLoadCritic
 from tests.workers.test_engine import PROMPT, fixed_batch
@@ -38,18 +35,9 @@ def path_recipe(path: Path, **actor):
     return recipe
 
 
-@contextlib.contextmanager
-def ray_group(recipe, name: str, worker=ShardedLoadActor, world: int = 2, role: str = "actor") -> Iterator[RayWorkerGroup]:
-    pool = RayResourcePool([world], name=name)
-    group = None
-    try:
-        group = RayWorkerGroup(pool, RayClassWithInitArgs(worker, recipe, role), role=role)
-        group.init_model()
-        yield group
-    finally:
-        if group is not None:
-            group.shutdown()
-        pool.release()
+def ray_group(recipe, name: str, worker=ShardedLoadActor, world: int = 2, role: str = "actor"):
+    """A group of ``world`` ranks of ``worker`` (see ``ray_role_group``)."""
+    return ray_role_group(worker, recipe, role, name, world)
 
 
 def file_tensors(directory: Path) -> dict[str, torch.Tensor]:
