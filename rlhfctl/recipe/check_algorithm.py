@@ -74,7 +74,7 @@ def _estimator(cfg: Any) -> list[Issue]:
 def _policy_loss(cfg: Any) -> list[Issue]:
     """The actor's policy loss is registered, and no loss-specific setting is given to a loss that ignores it."""
     from rlhfctl.algorithms import POLICY_LOSSES
-    from rlhfctl.algorithms.policy_losses import policy_loss_keys
+    from rlhfctl.algorithms.policy_losses import policy_loss_keys, policy_loss_takes_behaviour
     from rlhfctl.recipe.schema import ActorRole
 
     actor = cfg.roles.get("actor")
@@ -95,11 +95,13 @@ def _policy_loss(cfg: Any) -> list[Issue]:
         ))
         for setting in sorted(optional - used) if actor.get(setting) is not None
     ]
-    if name == "decoupled_ppo" and cfg.rollout.get("importance_cap") is not None:
+    # The actor's own rule (policy_loss_takes_behaviour), so a custom loss that takes the behaviour log-probs is
+    # refused here as it would be at its first update, not only decoupled_ppo by name.
+    if policy_loss_takes_behaviour(name) and cfg.rollout.get("importance_cap") is not None:
         issues.append(error("rollout.importance_cap", (
-            "rollout.importance_cap: decoupled_ppo already weighs each token by proximal / behaviour probability; "
-            "truncated importance sampling would weigh it twice. Remove it (cap the weight with "
-            "roles.actor.behav_imp_weight_cap instead) or use another policy loss"
+            f"rollout.importance_cap: policy_loss {name} takes the behaviour log-probs and weighs each token by "
+            "proximal / behaviour probability already; truncated importance sampling would weigh it twice. Remove "
+            "it (decoupled_ppo caps the weight with roles.actor.behav_imp_weight_cap) or use another policy loss"
         )))
     if actor.get("loss_scale_factor") is not None and str(actor.loss_agg_mode) != "seq-mean-token-sum-norm":
         issues.append(error("roles.actor.loss_scale_factor", (

@@ -55,3 +55,11 @@ def test_decoupled_ppo_with_truncated_importance_sampling_exits_2(recipe_file):
     result = validate_cli(recipe_file, "roles.actor.policy_loss=decoupled_ppo", "rollout.importance_cap=2.0")
     assert result.exit_code == 2
     assert "rollout.importance_cap" in result.stderr and "behav_imp_weight_cap" in result.stderr
+
+
+def test_a_custom_loss_that_takes_behaviour_log_probs_with_truncated_importance_sampling_exits_2(recipe_file):
+    """validate reads the actor's own rule (the loss's signature), not decoupled_ppo's name."""
+    result = validate_cli(recipe_file, "algorithm.import_modules=[tests.recipe.custom_behaviour_loss]",
+                          "roles.actor.policy_loss=test_behaviour_weighted", "rollout.importance_cap=2.0")
+    assert result.exit_code == 2
+    assert "rollout.importance_cap: policy_loss test_behaviour_weighted takes the behaviour log-probs" in result.stderr
