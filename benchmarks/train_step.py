@@ -41,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench_sizes import SIZES
 from flops import matmul_peak, model_parameters, percent, shares
 from rlhfctl.recipe import load_recipe, present_roles, validate_recipe
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, rollout_on_own_pool
 from rlhfctl.trace import TRACE_FILE
 from rlhfctl.trainer import run_training
 
@@ -93,7 +94,7 @@ def measure(name: str, overrides: list[str], steps: int, warmup: int = 2) -> dic
         peak = matmul_peak()
         summary = run_training(cfg)
         records = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
-        generator = "rollout" if cfg.rollout.placement == "separate" else "actor"
+        generator = ROLLOUT_ROLE if rollout_on_own_pool(cfg.rollout) else "actor"
         spans, window = trace_spans(Path(out) / TRACE_FILE, warmup, generator)
     timed = records[warmup:] or records
     samples = cfg.trainer.batch_size * cfg.rollout.n

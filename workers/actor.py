@@ -13,7 +13,7 @@ from rlhfctl.algorithms.losses import importance_weight_stats
 from rlhfctl.algorithms.masked import masked_mean
 from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.resolve import samples_per_rank
+from rlhfctl.recipe.resolve import rollout_on_own_pool, samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
 from workers.engine import scoring, serving
 from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
@@ -74,7 +74,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
         self._init_trained_model()
         self.agent_rollout = agent_rollout_for(self.rollout, self.tokenizer, self.module)
-        if self.rollout["engine"] == "vllm" and self.rollout["placement"] == "colocated":
+        if self.rollout["engine"] == "vllm" and not rollout_on_own_pool(self.rollout):
             self.rollout_engine = self._start_vllm_engine()  # separate: the rollout group holds the engines
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlhfctl.recipe.validate import ValidationReport
-from rlhfctl.recipe.resolve import reference_source
+from rlhfctl.recipe.resolve import reference_source, rollout_on_own_pool
 from rlhfctl.recipe.stages import STAGES, is_stage
 
 __all__ = ["render_essentials", "stage_rows"]
@@ -63,7 +63,7 @@ def _rollout(cfg: Any) -> str:
     """The engine, and with a rollout group of its own, its pool and the staleness bound."""
     rollout = cfg.rollout
     text = f"engine {rollout.get('engine', 'hf')} (rollout.engine)"
-    if rollout.get("placement") == "separate":
+    if rollout_on_own_pool(rollout):
         text += (f"; separate group on pool {rollout.get('pool')}, at most {cfg.trainer.get('max_staleness', 0)} "
                  "version(s) stale (trainer.max_staleness)")
     return text

@@ -20,7 +20,7 @@ from typing import Any
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import PoolInfo, resolve_pools
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, required_methods
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, required_methods, rollout_on_own_pool
 
 __all__ = ["check_placement"]
 
@@ -28,7 +28,7 @@ __all__ = ["check_placement"]
 def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[Issue]:
     """Errors for staleness without a rollout group of its own, and for a rollout group that cannot run as placed
     (``pools``: the resolved pools, resolved here when not given)."""
-    separate = cfg.rollout.placement == "separate"
+    separate = rollout_on_own_pool(cfg.rollout)
     issues = _staleness(cfg, separate)
     if not separate:
         return issues

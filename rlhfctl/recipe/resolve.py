@@ -41,6 +41,7 @@ __all__ = [
     "role_setting",
     "role_update",
     "ROLLOUT_ROLE",
+    "rollout_on_own_pool",
     "rollout_pool",
     "samples_per_rank",
     "uses_kl",
@@ -64,12 +65,16 @@ def present_roles(cfg: Any) -> list[str]:
 ROLLOUT_ROLE = "rollout"
 
 
+def rollout_on_own_pool(rollout: Any) -> bool:
+    """Whether a rollout worker group generates (``rollout.placement: separate``) rather than the actor's ranks: the
+    one home of that decision, for a recipe's ``rollout`` section as a mapping or an OmegaConf node."""
+    return (rollout.get("placement") or "colocated") == "separate"
+
+
 def rollout_pool(cfg: Any) -> str | None:
     """The pool of the rollout worker group with ``rollout.placement: separate``; None when the actor generates."""
     rollout = cfg.get("rollout") or {}
-    if (rollout.get("placement") or "colocated") != "separate":
-        return None
-    return rollout.get("pool")
+    return rollout.get("pool") if rollout_on_own_pool(rollout) else None
 
 
 def role_setting(role_section: Any, trainer_section: Any, key: str) -> Any:
