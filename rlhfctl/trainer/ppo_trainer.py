@@ -94,13 +94,12 @@ class PPOTrainer(TrainerBase):
     def generator(self) -> Any:
         """Who samples responses (validation and ReMax's baseline too): the rollout group if there is one (it may have
         been restarted since), else the actor."""
-        return self.rollouts.rollout if isinstance(self.rollouts, SeparateRollouts) else self.actor
+        return self.rollouts.generator
 
     def setup(self) -> None:
         """Build the models and resume; with a rollout group, open the weight channel and send the first batches."""
         super().setup()
-        if isinstance(self.rollouts, SeparateRollouts):
-            self.rollouts.start(self.start_step)
+        self.rollouts.start(self.start_step)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -246,8 +245,7 @@ class PPOTrainer(TrainerBase):
         actor draw from its own validation stream, so turning validation on leaves the training
         rollouts' random numbers as they were.
         """
-        if isinstance(self.rollouts, SeparateRollouts):  # the rollout group validates the weights step `step` left
-            self.rollouts.sync_now(self.rollouts.schedule.updates_before(step + 1))
+        self.rollouts.before_validation(step)  # a rollout group validates the weights step `step` left
         rows, k = list(self.val_data), int(self.cfg.rollout.val_n)
         scored = []
         for start in range(0, len(rows), self.cfg.trainer.batch_size):

@@ -119,6 +119,17 @@ class Rollouts:
         self.draws: int | None = 0
         self._before_ahead: tuple[dict[str, Any], int | None] = ({}, 0)
 
+    @property
+    def generator(self) -> WorkerGroup:
+        """Who samples responses: the actor's ranks."""
+        return self.actor
+
+    def start(self, completed_step: int) -> None:
+        """Nothing to open before the first step: the actor generates on its own weights."""
+
+    def before_validation(self, step: int) -> None:
+        """Nothing to send: the actor validates on the weights it trains."""
+
     def next(self) -> Rollout | FilteredRollout:
         """This step's rollout: the one sent ahead during the last step, or one sent now."""
         rollout, self._ahead = self._ahead or self._send(), None

@@ -135,6 +135,11 @@ class SeparateRollouts:
         self.next_unsent = 1
         self.synced_version = 0
 
+    @property
+    def generator(self) -> WorkerGroup:
+        """Who samples responses: the rollout group (a restarted one after a restart)."""
+        return self.rollout
+
     # ------------------------------------------------------------------ start
     def start(self, completed_step: int) -> None:
         """Open the weight channel and give the rollout group the actor's weights as of ``completed_step``."""
@@ -171,6 +176,10 @@ class SeparateRollouts:
         if self.schedule.needs_sync(actor_version, self.synced_version, self.next_unsent):
             self.sync_now(actor_version)
         self._fill()
+
+    def before_validation(self, step: int) -> None:
+        """Give the rollout group the weights step ``step`` left, so validation scores them."""
+        self.sync_now(self.schedule.updates_before(step + 1))
 
     def sync_now(self, actor_version: int) -> None:
         """Send the weights now unless the rollout group has them (validation and the schedule ask)."""
