@@ -69,27 +69,53 @@ def exported_names() -> list[tuple[str, str]]:
     return pairs
 
 
-def _first_import_fails(target: str, name: str | None) -> str | None:
-    """Import ``target`` (and get ``name`` from it) as the first of our imports; the error, or None."""
+def _first_import_error(target: tuple[str, str | None]) -> str:
+    """Import ``target[0]`` (and get the name ``target[1]`` from it) as the first of our imports; its error, or ""."""
     import importlib
 
-    def work() -> str:
-        module = importlib.import_module(target)
+    module, name = target
+    try:
+        loaded = importlib.import_module(module)
         if name is not None:
-            getattr(module, name)
-        return ""
+            getattr(loaded, name)
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        return traceback.format_exc(limit=-3)[-4000:]
+    return ""
 
-    return _in_child(work) or None
+
+def _forked_two_at_a_time(targets: list[tuple[str, str | None]]) -> list[str]:
+    """:func:`_first_import_error` of each target, each in a child of its own, two children at a time."""
+    results: dict[int, str] = {}
+    running: dict[int, tuple[int, int]] = {}  # pid -> (target's index, read end of its pipe)
+    queue = list(enumerate(targets))
+    while queue or running:
+        while queue and len(running) < 2:
+            index, target = queue.pop(0)
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read)
+                os.write(write, _first_import_error(target).encode()[-4000:])  # under a pipe's buffer: never blocks
+                os._exit(0)
+            os.close(write)
+            running[pid] = (index, read)
+        pid, _ = os.wait()
+        index, read = running.pop(pid)
+        with os.fdopen(read, "rb") as pipe:
+            results[index] = pipe.read().decode()
+    return [results[index] for index in range(len(targets))]
 
 
 def first_import_failures() -> list[str]:
-    """Run in a fresh interpreter: load the third-party libraries, then try each of ours in a forked child."""
+    """Run in a fresh interpreter: load the third-party libraries, then try each of ours in a child forked for it
+    alone (two at a time, one per core)."""
     for library in THIRD_PARTY:
         __import__(library)
     assert not [name for name in sys.modules if name.split(".")[0] in PACKAGES], "our packages loaded too early"
-    failures = [f"import {module}: {error}" for module in modules() if (error := _first_import_fails(module, None))]
     names = exported_names()
-    failures += [f"{package}.{name}: {error}" for package, name in names if (error := _first_import_fails(package, name))]
+    targets = [(module, None) for module in modules()] + [(package, name) for package, name in names]
+    errors = _forked_two_at_a_time(targets)
+    failures = [f"{module}{'.' + name if name else ''}: {error}" for (module, name), error in zip(targets, errors) if error]
     return [f"checked {len(modules())} modules and {len(names)} exported names"] + failures
 
 
