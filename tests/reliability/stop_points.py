@@ -25,6 +25,7 @@ from workers.rollout_worker import RolloutWorker
 
 PLAN = "stop_plan.json"
 HOLD_S = 2.0
+SIGNAL_GAP_S = 2.5
 
 
 def write_plan(output_dir: Path, at: str, call: int, signals: list[int] = (), exit: bool = False) -> None:
@@ -54,7 +55,9 @@ def _fire(output_dir: Path, at: str, call: int) -> None:
         os._exit(1)
     for signum in plan["signals"]:
         os.kill(plan["pid"], signum)
-        time.sleep(0.3)
+        # Apart by more than Ray's signal check (1 s) while the driver waits: two signals pending at once reach
+        # Python's handler as one.
+        time.sleep(SIGNAL_GAP_S)
     time.sleep(HOLD_S)
 
 

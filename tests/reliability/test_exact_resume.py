@@ -8,10 +8,12 @@ during a save; the ways: SIGTERM, SIGUSR1, Ctrl-C, and a worker lost with no res
 the resumed run starts from its last periodic checkpoint). Colocated, on a rollout group of its own at
 ``trainer.max_staleness`` 0, with dynamic sampling, and with the agent loop.
 
-A stop waits for the step in progress to end, then saves it (``rlhfctl.run_signals.step_in_progress``).
-With ``max_staleness`` >= 1 the batches in flight at the stop are drawn again on the newer weights the
-checkpoint holds, so there the resumed run trains on the same prompts, each step logged once, within the
-staleness bound, but not on the same samples (tested below, documented in docs/operations.md).
+A stop waits for the step in progress to end, then saves it (``rlhfctl.run_signals.step_in_progress``), so the
+checkpoint a stop leaves is the one a periodic save of that step leaves. With ``max_staleness`` >= 1 the batches
+in flight then are drawn again on the newer weights the checkpoint holds: the resumed run trains on the same
+prompts, each step logged once, within the staleness bound, but not on the same samples. That guarantee is
+tested from such a checkpoint in tests/trainer/test_separate_rollout_runs.py (k = 1, resumed with batches in
+flight) and tests/trainer/test_separate_dapo_runs.py, and documented in docs/operations.md.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ AGENT = [(f"rollout.multi_turn={{enable: true, max_turns: 3, max_response_tokens
           f"format: test_always_echo, tools: [{ECHO}]}}"), "rollout.n=2"]
 TIMING = ("time/", "perf/")  # and any latency: timings aside
 LOST = "lost"  # a stop that is a worker process ending, not a signal
+SAME = "same"  # a stop that saves nothing: the checkpoint resumed from stays the latest
 
 
 def _cfg(recipe: str, output_dir: Path, overrides: list[str]):
@@ -73,14 +76,15 @@ def stopped_run(recipe: str, output_dir: Path, overrides: list[str], at: str, ca
 
 def run_with_stops(recipe: str, output_dir: Path, overrides: list[str], stops: list[tuple], total: int) -> list[str]:
     """Stop and resume at each of ``stops`` (where, which call of it in that segment, how, the step left saved: a
-    step, the steps it may be, or None for the one after the last saved) in turn, then run to the end; returns the
+    step, the steps it may be, None for the one after the last saved, or SAME) in turn, then run to the end; returns the
     messages of every segment."""
     messages, latest = [], 0
     for at, call, how, saved in stops:
         error, reporter = stopped_run(recipe, output_dir, overrides, at, call, how)
         messages += reporter.messages
         assert isinstance(error, WorkerLost if how == LOST else KeyboardInterrupt), error
-        expected = (latest + 1,) if saved is None else saved if isinstance(saved, tuple) else (saved,)
+        expected = ((latest + 1,) if saved is None else (latest,) if saved == SAME
+                    else saved if isinstance(saved, tuple) else (saved,))
         latest = _latest(output_dir)
         assert latest in expected, (at, reporter.messages)
     messages += _train(recipe, output_dir, overrides).messages
@@ -119,6 +123,8 @@ def test_colocated_run_stopped_at_every_point_of_a_step_resumes_exactly(ray_sess
         # Step 7's update: the actor dies and no restart is left. Step 6's periodic save may still have been writing
         # in the actor's background thread; then it is lost with the process and step 5's checkpoint is kept.
         ("actor.update_actor", 2, LOST, (5, 6)),
+        # A second request during the next step's update stops it at once: nothing is saved, the last checkpoint stays.
+        ("actor.update_actor", 1, [signal.SIGTERM, signal.SIGTERM], SAME),
         ("actor.update_actor", 1, [signal.SIGUSR1], None),            # during the next step's update (6 or 7)
         ("actor.save_checkpoint", 1, [signal.SIGTERM], 9),            # during step 9's periodic save
     ]
@@ -128,17 +134,8 @@ def test_colocated_run_stopped_at_every_point_of_a_step_resumes_exactly(ray_sess
     assert ("SIGTERM: finishing step 2, then saving it; send it again to stop at once (the checkpoint of step 0 is "
             "kept then)") in messages
     assert any(m.startswith("Ctrl-C: finishing step 4") for m in messages)
-
-
-@pytest.mark.slow
-def test_a_second_request_stops_inside_the_step_saves_nothing_and_the_resumed_run_is_exact(tmp_path):
-    overrides = [*QUICKSTART, "trainer.total_steps=4", "trainer.save_every=2", "trainer.keep_last=0", "ray.backend=local"]
-    _train("quickstart.yaml", tmp_path / "straight", overrides)
-    stops = [("actor.update_actor", 3, [signal.SIGTERM, signal.SIGTERM], 2)]  # step 3's update: stopped at once
-    messages = run_with_stops("quickstart.yaml", tmp_path / "stopped", overrides, stops, total=4)
-    assert "stopped by SIGTERM inside step 3: its state is partial, so it is not saved; the checkpoint of step 2 " \
-           "is kept" in messages
-    assert_same_run(tmp_path / "stopped", tmp_path / "straight")
+    assert any(m.startswith("stopped by SIGTERM inside step ") and "its state is partial, so it is not saved; the "
+               "checkpoint of step" in m for m in messages)
 
 
 @pytest.mark.slow
@@ -166,7 +163,7 @@ def test_dynamic_sampling_and_the_agent_loop_resume_exactly_after_stops(tmp_path
 
 
 @pytest.mark.slow
-def test_a_rollout_group_of_its_own_resumes_exactly_at_k0_and_on_the_same_prompts_at_k1(ray_session, tmp_path):
+def test_a_rollout_group_of_its_own_at_k0_resumes_exactly(ray_session, tmp_path):
     on_policy = [*QUICKSTART, *SEPARATE, "trainer.total_steps=4", "trainer.save_every=4"]
     _train("quickstart.yaml", tmp_path / "k0_straight", on_policy)
     run_with_stops("quickstart.yaml", tmp_path / "k0", on_policy, [
@@ -176,11 +173,3 @@ def test_a_rollout_group_of_its_own_resumes_exactly_at_k0_and_on_the_same_prompt
         ("actor.update_actor", 1, [signal.SIGTERM], None),
     ], total=4)
     assert_same_run(tmp_path / "k0", tmp_path / "k0_straight")
-
-    ahead = [*on_policy, "trainer.max_staleness=1"]
-    _train("quickstart.yaml", tmp_path / "k1_straight", ahead)
-    run_with_stops("quickstart.yaml", tmp_path / "k1", ahead, [("actor.update_actor", 2, [signal.SIGTERM], 2)], total=4)
-    records = read_metrics(tmp_path / "k1")
-    assert [r["step"] for r in records] == [1, 2, 3, 4]  # each step logged once
-    assert max(r["rollout/staleness/max"] for r in records) <= 1.0
-    assert prompts_by_step(tmp_path / "k1") == prompts_by_step(tmp_path / "k1_straight")  # none skipped or repeated
