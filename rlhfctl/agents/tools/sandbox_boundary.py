@@ -237,22 +237,6 @@ def _populate(settings: dict, uid: int, gid: int) -> None:
         handle.write(f"sandbox:x:{gid}:\n")
 
 
-def set_limits(settings: dict) -> None:
-    """Lower soft and hard limits (a limit already lower is kept); without capabilities they cannot rise."""
-    wanted = {
-        resource.RLIMIT_CPU: (settings["cpu_s"], settings["cpu_s"] + 1),
-        resource.RLIMIT_AS: (settings["memory_bytes"],) * 2,
-        resource.RLIMIT_FSIZE: (settings["file_bytes"],) * 2,
-        resource.RLIMIT_CORE: (0, 0),
-    }
-    if settings.get("max_processes"):
-        wanted[resource.RLIMIT_NPROC] = (settings["max_processes"],) * 2
-    for limit, (soft, hard) in wanted.items():
-        old_hard = resource.getrlimit(limit)[1]
-        hard = hard if old_hard == resource.RLIM_INFINITY else min(hard, old_hard)
-        resource.setrlimit(limit, (min(soft, hard), hard))
-
-
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -287,7 +271,7 @@ def run_init(settings: dict, code: str, report: int) -> None:
                 handle.write("0")  # no nested user namespace, where the code would get capabilities back
         except OSError:
             pass
-        set_limits(settings)
+        _run_user_code[2](settings, strict=True)  # sandbox_child.set_limits: lower every limit, or fail the call
         drop_privileges()
         _prctl(PR_SET_DUMPABLE, 0)  # the worker may not ptrace or read init
     except SetupError as error:
@@ -345,8 +329,8 @@ def exit_fast(status: int) -> None:
 
 
 _run_user_code: list = []
-"""sandbox_child.run_user_code (the one home of "run code as __main__") and the interpreter's real path, both
-found by main() before the pivot hides the files they come from."""
+"""sandbox_child.run_user_code (the one home of "run code as __main__"), the interpreter's real path and
+sandbox_child.set_limits (the one home of the limits), all found by main() before the pivot hides their files."""
 _init_pid: list[int] = []
 
 
@@ -398,7 +382,8 @@ def main() -> None:
     import sandbox_child  # a sibling script; -I left this folder off sys.path
 
     del sys.path[0]
-    _run_user_code[:] = [sandbox_child.run_user_code, os.path.realpath(sys.executable)]  # resolved while visible
+    _run_user_code[:] = [sandbox_child.run_user_code, os.path.realpath(sys.executable),  # resolved while visible
+                         sandbox_child.set_limits]
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     code = sys.stdin.buffer.read().decode("utf-8", errors="replace")
     devnull = os.open(os.devnull, os.O_RDONLY)

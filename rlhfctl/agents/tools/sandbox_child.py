@@ -54,8 +54,9 @@ def enter_network_namespace() -> str:
     return ""
 
 
-def set_limits(settings: dict) -> None:
-    """Lower the soft and hard limits (never raise them: a limit already lower is kept)."""
+def set_limits(settings: dict, strict: bool = False) -> None:
+    """Lower the soft and hard limits (never raise them: a limit already lower is kept). ``strict`` (the namespace
+    boundary, where every limit must hold) lets a refused limit raise; unconfined, it is skipped."""
     wanted = {
         resource.RLIMIT_CPU: (settings["cpu_s"], settings["cpu_s"] + 1),
         resource.RLIMIT_AS: (settings["memory_bytes"],) * 2,
@@ -72,7 +73,8 @@ def set_limits(settings: dict) -> None:
         try:
             resource.setrlimit(limit, (soft, hard))
         except (OSError, ValueError):
-            pass
+            if strict:
+                raise
 
 
 def run_user_code(source: str) -> None:
