@@ -20,7 +20,7 @@ import torch
 
 from .group_stats import GroupIndex, _check_inputs, _group_mean_std
 from .masked import masked_whiten
-from .registry import register_advantage_estimator
+from .estimator_table import register_advantage_estimator
 
 __all__ = [
     "gae_advantages",

@@ -19,7 +19,7 @@ import torch
 
 from .group_stats import GroupIndex, _check_inputs, _group_ids, _group_mean_std
 from .masked import masked_whiten
-from .registry import register_advantage_estimator
+from .estimator_table import register_advantage_estimator
 
 __all__ = ["gdpo_advantages", "gpg_advantages", "grpo_passk_advantages", "opo_advantages"]
 

@@ -10,10 +10,15 @@ named after the keyword arguments of :func:`compute_advantages`.
 from __future__ import annotations
 
 import inspect
-from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any
 
 import torch
+
+# The built-in estimators register themselves in the table when imported; importing them here makes any use of the
+# registry see them (the package's names are imported lazily).
+from rlhfctl.algorithms import advantages as _builtin_estimators  # noqa: F401
+from rlhfctl.algorithms import group_estimators as _group_estimators  # noqa: F401
+from rlhfctl.algorithms.estimator_table import _REGISTRY, ADVANTAGE_ESTIMATORS, AdvantageFn, register_advantage_estimator
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -23,15 +28,6 @@ __all__ = [
     "register_advantage_estimator",
 ]
 
-AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-F = TypeVar("F", bound=AdvantageFn)
-
-_REGISTRY: dict[str, AdvantageFn] = {}
-
-#: Read-only live view of the registered estimators, name -> function. ``list(...)`` gives the
-#: names; it also reflects estimators registered later (custom ones).
-ADVANTAGE_ESTIMATORS: Mapping[str, AdvantageFn] = MappingProxyType(_REGISTRY)
-
 # Why an input can be missing, shown when an estimator needs it and the trainer passed None.
 _MISSING_HINTS = {
     "values": "configure a critic role",
@@ -40,42 +36,6 @@ _MISSING_HINTS = {
     "named_scores": "the reward function must return a dict of named scores, one per name in algorithm.gdpo_reward_keys (GDPO)",
 }
 
-
-def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
-    # A module that is imported twice (reload, or by path and by name) re-registers a new
-    # function object with the same identity; that is not a conflict.
-    return a is b or (
-        getattr(a, "__module__", None) == getattr(b, "__module__", None)
-        and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
-    )
-
-
-def register_advantage_estimator(name: str, *, override: bool = False) -> Callable[[F], F]:
-    """Decorator registering an advantage estimator under ``name``.
-
-    The function must return ``(advantages, returns)``, each of shape (batch, response_len).
-    Registering a different function under a taken name raises ``ValueError`` unless
-    ``override=True``.
-
-    Example::
-
-        @register_advantage_estimator("my_est")
-        def my_est(token_level_rewards, response_mask, index): ...
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"advantage estimator name must be a non-empty string, got {name!r}")
-
-    def decorator(fn: F) -> F:
-        existing = _REGISTRY.get(name)
-        if existing is not None and not override and not _same_function(existing, fn):
-            raise ValueError(
-                f"advantage estimator {name!r} is already registered to "
-                f"{existing.__module__}.{existing.__qualname__}; pass override=True to replace it"
-            )
-        _REGISTRY[name] = fn
-        return fn
-
-    return decorator
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
@@ -144,9 +104,3 @@ def compute_advantages(
             if key not in params and value is not None:
                 kwargs[key] = value
     return fn(**kwargs)
-
-
-# The built-in estimators register themselves when their module is imported; importing it here makes any
-# use of the registry see them (the package's names are imported lazily).
-from rlhfctl.algorithms import advantages as _builtin_estimators  # noqa: E402,F401
-from rlhfctl.algorithms import group_estimators as _group_estimators  # noqa: E402,F401

@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rlhfctl.agents.tool import Tool, ToolResult
-from rlhfctl.agents.tools import sandbox_boundary, sandbox_child
+import rlhfctl.agents.tools.sandbox_boundary as sandbox_boundary
+import rlhfctl.agents.tools.sandbox_child as sandbox_child
 
 __all__ = ["PythonSandbox", "SandboxUnavailable", "boundary_refusal", "refusal_message"]
 
