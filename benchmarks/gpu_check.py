@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_check.py [--steps 5] [--json results.json]
 
-1. The fast decoding step (workers/sampling/fast_decode.py) against transformers' step on CUDA, in float32 and
+1. The fast decoding step (rlhfctl/rollout/fast_decode.py) against transformers' step on CUDA, in float32 and
    bfloat16: the largest logit difference and whether greedy sampling gives the same tokens.
 2. Sampling time on CUDA with the fast step and without (``RLHFCTL_FAST_DECODE=0``), alternating.
 3. The quickstart recipe trained for a few steps with ``resource_pools.main.use_gpu=true``, with
@@ -46,11 +46,11 @@ from engine_check import QWEN_05B, engine_check, engine_recipe, memory_failures,
 from flops import matmul_peak  # noqa: E402
 
 from rlhfctl.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
-from workers.sampling.fast_decode import fast_decoder  # noqa: E402
-from workers.forward import cache_from, lm_forward  # noqa: E402
-from workers.sampling.generation import SamplingParams, sample_responses  # noqa: E402
-from workers.sampling.kv_cache import preallocated_cache  # noqa: E402
-from workers.log_probs import position_ids_from_mask  # noqa: E402
+from rlhfctl.rollout.fast_decode import fast_decoder  # noqa: E402
+from rlhfctl.engine.forward import cache_from, lm_forward  # noqa: E402
+from rlhfctl.rollout.generation import SamplingParams, sample_responses  # noqa: E402
+from rlhfctl.rollout.kv_cache import preallocated_cache  # noqa: E402
+from rlhfctl.engine.log_probs import position_ids_from_mask  # noqa: E402
 
 RECIPE = ROOT / "recipes" / "quickstart.yaml"
 MODEL = {"config": {"model_type": "qwen2", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,

@@ -36,7 +36,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workers.log_probs import LOGITS_CHUNK_TOKENS, position_ids_from_mask, sequence_log_probs  # noqa: E402
+from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS, position_ids_from_mask, sequence_log_probs  # noqa: E402
 
 __all__ = ["chunked_vs_unchunked", "main", "tiny_model", "rollout_batch"]
 

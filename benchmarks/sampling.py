@@ -26,7 +26,7 @@ import torch  # noqa: E402
 
 from rlhfctl.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
 from rlhfctl.tasks import digits  # noqa: E402
-from workers.sampling.generation import SamplingParams, eos_token_ids, sample_responses  # noqa: E402
+from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, sample_responses  # noqa: E402
 
 SIZES = {"tiny": (64, 2, 128), "small": (256, 4, 512)}  # hidden, layers, intermediate, as train_step.py
 PARAMS = SamplingParams(n=4, max_new_tokens=32, temperature=1.0)

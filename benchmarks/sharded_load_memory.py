@@ -4,7 +4,7 @@ rank-0 build and broadcast (issue 35, point 5).
     python benchmarks/sharded_load_memory.py [--hidden 1024] [--layers 8] [--directory /tmp/sharded-load-model]
 
 Writes a float32 qwen2 (about 200M parameters by default) with ``save_pretrained``, then on two processes
-runs ``workers.engine.materialize`` both ways and reports each rank's peak rise in resident memory during
+runs ``rlhfctl.engine.placement.materialize`` both ways and reports each rank's peak rise in resident memory during
 the call (sampled every 2 ms), anonymous (``RssAnon``: copies the process made) and file-backed (``RssFile``:
 pages of the mapped safetensors files, page cache shared between the ranks of a node and reclaimable).
 ``from_pretrained`` on rank 0 reads its whole model through such a map.
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-import workers.engine as engine  # noqa: E402
+import rlhfctl.engine.placement as engine  # noqa: E402
 from rlhfctl.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
 from rlhfctl.single_controller.worker import free_port  # noqa: E402
 

@@ -9,7 +9,7 @@ from workers.actor import ActorWorker
 from workers.critic import CriticWorker
 from workers.reference import ReferenceWorker
 from workers.reward import RewardWorker
-from workers.reward_functions import RewardFunctionError
+from rlhfctl.rewards.functions import RewardFunctionError
 from workers.role import RoleWorker
 
 __all__ = [

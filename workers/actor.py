@@ -15,21 +15,21 @@ from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import rollout_on_own_pool, samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import scoring, serving
-from workers.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
-from workers.lora import adapter_disabled, apply_lora, is_lora
-from workers.memory import StateObserver
-from workers.micro_batches import loss_token_counts
-from workers.offload import on_device
-from workers.recipe import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
+from rlhfctl.engine.placement import scoring, serving
+from rlhfctl.engine.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
+from rlhfctl.engine.lora import adapter_disabled, apply_lora, is_lora
+from rlhfctl.engine.memory import StateObserver
+from rlhfctl.engine.micro_batches import loss_token_counts
+from rlhfctl.engine.offload import on_device
+from rlhfctl.recipe.sections import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
 from rlhfctl.agents.trajectory import response_width
-from workers.sampling.agent_rollout import agent_rollout_for, hf_batch_generate
-from workers.sampling.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
-from workers.sampling.sync_probe import PROBE_PARAMS, log_prob_gap, probe_prompts, vocab_of
-from workers.seeding import derive_seed, generation_seed_parts, make_generator
+from rlhfctl.rollout.agent_rollout import agent_rollout_for, hf_batch_generate
+from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
+from rlhfctl.rollout.sync_probe import PROBE_PARAMS, log_prob_gap, probe_prompts, vocab_of
+from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_generator
 from workers.trainable import TrainableRoleWorker
-from workers.weight_sender import WeightSender
-from workers.training import allreduce_mean
+from rlhfctl.rollout.weight_sender import WeightSender
+from rlhfctl.engine.training import allreduce_mean
 
 __all__ = ["ActorWorker"]
 
@@ -63,8 +63,8 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         self.generate_calls = 0
         self.update_calls = 0
         self.validate_calls = 0
-        self.rollout_engine: Any = None  # the vLLM engine with rollout.engine: vllm (workers/sampling/vllm_engine.py)
-        self.agent_rollout: Any = None  # the tools and loop of rollout.multi_turn (workers/sampling/agent_rollout.py)
+        self.rollout_engine: Any = None  # the vLLM engine with rollout.engine: vllm (rlhfctl/rollout/vllm_engine.py)
+        self.agent_rollout: Any = None  # the tools and loop of rollout.multi_turn (rlhfctl/rollout/agent_rollout.py)
 
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -89,7 +89,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
     def _start_vllm_engine(self) -> Any:
         """This rank's vLLM engine (its shard of one, at rollout.vllm.tensor_parallel_size > 1), built from the
         actor's initial weights (LoRA merged)."""
-        from workers.sampling.vllm_engine import (
+        from rlhfctl.rollout.vllm_engine import (
             VLLM_INSTALL_HINT,
             VllmNotInstalled,
             VllmRolloutEngine,
@@ -125,7 +125,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         sync (and, with sleep mode, after the first wake: see ``probe_due``); a mean |difference| above the
         tolerance means the engine samples from another model than the one trained (a weight the sync missed,
         say), and stops the run with exit 2."""
-        from workers.sampling.vllm_engine import VllmSyncMismatch, probe_tolerance
+        from rlhfctl.rollout.vllm_engine import VllmSyncMismatch, probe_tolerance
 
         engine.probes += 1
         when = "the first weight sync" if engine.probes == 1 else "its first wake from sleep"
@@ -214,7 +214,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
     ) -> DataProto:
         """The vllm engine's rollout (``engine``, else this rank's, probed first when ``probe_due``), in the hf
         engine's layout plus ``rollout_log_probs``."""
-        from workers.sampling.vllm_engine import probe_due
+        from rlhfctl.rollout.vllm_engine import probe_due
 
         self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
         if engine is None:

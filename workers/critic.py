@@ -12,15 +12,15 @@ from rlhfctl.algorithms import value_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import forwards_are_collective, scoring
-from workers.log_probs import position_ids_from_mask
-from workers.memory import StateObserver
-from workers.micro_batches import loss_token_counts, scoring_slices
-from workers.offload import on_device
-from workers.packing import packed_response_values
-from workers.recipe import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
+from rlhfctl.engine.placement import forwards_are_collective, scoring
+from rlhfctl.engine.log_probs import position_ids_from_mask
+from rlhfctl.engine.memory import StateObserver
+from rlhfctl.engine.micro_batches import loss_token_counts, scoring_slices
+from rlhfctl.engine.offload import on_device
+from rlhfctl.engine.packing import packed_response_values
+from rlhfctl.recipe.sections import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
 from workers.trainable import TrainableRoleWorker
-from workers.training import allreduce_mean
+from rlhfctl.engine.training import allreduce_mean
 
 __all__ = ["CriticWorker", "response_values"]
 
@@ -30,7 +30,7 @@ _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "re
 def response_values(model: nn.Module, batch: Mapping[str, torch.Tensor], padding_free: bool = False) -> torch.Tensor:
     """Values (B, R) at the response positions: the value for token t is read at position P + t - 1.
 
-    With ``padding_free`` the rows run packed into one (``workers.packing``); pad cells are then 0.
+    With ``padding_free`` the rows run packed into one (``rlhfctl.engine.packing``); pad cells are then 0.
     """
     from rlhfctl.models.loading import token_values
 

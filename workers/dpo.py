@@ -23,11 +23,11 @@ from rlhfctl.algorithms.preference_losses import dpo_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
-from workers.log_probs import sequence_log_probs
-from workers.offload import on_device
-from workers.recipe import section
-from workers.engine import serving
-from workers.training import allreduce_mean
+from rlhfctl.engine.log_probs import sequence_log_probs
+from rlhfctl.engine.offload import on_device
+from rlhfctl.recipe.sections import section
+from rlhfctl.engine.placement import serving
+from rlhfctl.engine.training import allreduce_mean
 
 __all__ = ["DPOWorker", "POLICY_PAIR_KEYS", "response_logps"]
 

@@ -9,10 +9,10 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import scoring
-from workers.log_probs import response_log_probs
-from workers.offload import on_device
-from workers.recipe import REFERENCE_DEFAULTS, model_config, role_config, rollout_config
+from rlhfctl.engine.placement import scoring
+from rlhfctl.engine.log_probs import response_log_probs
+from rlhfctl.engine.offload import on_device
+from rlhfctl.recipe.sections import REFERENCE_DEFAULTS, model_config, role_config, rollout_config
 from workers.role import RoleWorker
 
 __all__ = ["ReferenceWorker"]

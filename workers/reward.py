@@ -15,18 +15,21 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, rank_progress, register
 from rlhfctl.tasks.reward_fn import NAMED_SCORE_PREFIX, named_score_column
-from workers.engine import forwards_are_collective, scoring
-from workers.micro_batches import scoring_slices
-from workers.offload import on_device
-from workers.packing import packed_sequence_scores
-from workers.recipe import (
+from rlhfctl.engine.placement import forwards_are_collective, scoring
+from rlhfctl.engine.micro_batches import scoring_slices
+from rlhfctl.engine.offload import on_device
+from rlhfctl.engine.packing import packed_sequence_scores
+from rlhfctl.recipe.sections import (
     REWARD_DEFAULTS,
     model_config,
     role_config,
     rollout_config,
     section,
 )
-from workers.reward_functions import (
+from rlhfctl.rewards.functions import (
+    AGENT_METRIC_PREFIX,
+    INTERNAL_COLUMNS,
+    is_internal_column,
     CONVERSATION_COLUMNS,
     ON_ERROR_POLICIES,
     RewardFunctionError,
@@ -40,19 +43,8 @@ from workers.role import RoleWorker
 
 __all__ = ["INTERNAL_COLUMNS", "OVERLONG_PENALTY", "RewardWorker", "is_internal_column", "place_scores"]
 
-INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "prompt_messages", "score", "reward_error"})
-"""Non-tensor columns not passed to reward functions (the rest go in as keyword lists); so are the named-score
-columns ``reward/<name>`` and an agent rollout's per-sample metrics ``agent/<name>`` (:func:`is_internal_column`)."""
-
-AGENT_METRIC_PREFIX = "agent/"
-
 OVERLONG_PENALTY = "overlong_penalty"
 """The named score holding DAPO's overlong penalty (column ``reward/overlong_penalty``) when the buffer is on."""
-
-
-def is_internal_column(name: str) -> bool:
-    """Whether a non-tensor column is the pipeline's own, not data for the reward function."""
-    return name in INTERNAL_COLUMNS or str(name).startswith((NAMED_SCORE_PREFIX, AGENT_METRIC_PREFIX))
 
 
 def place_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

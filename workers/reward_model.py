@@ -22,12 +22,12 @@ from torch import nn
 from rlhfctl.algorithms.preference_losses import bradley_terry_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import serving
-from workers.packing import packed_sequence_scores
-from workers.offload import on_device
-from workers.recipe import model_config, optim_config, section
+from rlhfctl.engine.placement import serving
+from rlhfctl.engine.packing import packed_sequence_scores
+from rlhfctl.engine.offload import on_device
+from rlhfctl.recipe.sections import model_config, optim_config, section
 from workers.trainable import TrainableRoleWorker
-from workers.training import allreduce_mean
+from rlhfctl.engine.training import allreduce_mean
 
 __all__ = ["PAIR_KEYS", "RewardModelTrainerWorker", "pair_scores"]
 

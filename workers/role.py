@@ -10,10 +10,10 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Worker
-from workers.engine import EngineSettings, engine_settings, materialize
-from workers.packing import use_padding_free
-from workers.recipe import plain, section, trainer_config, uses_gpu
-from workers.seeding import derive_seed, seed_everything
+from rlhfctl.engine.placement import EngineSettings, engine_settings, materialize
+from rlhfctl.engine.packing import use_padding_free
+from rlhfctl.recipe.sections import plain, section, trainer_config, uses_gpu
+from rlhfctl.engine.seeding import derive_seed, seed_everything
 
 __all__ = ["RoleWorker"]
 
@@ -41,7 +41,7 @@ class RoleWorker(Worker):
     def _place_model(
         self, build: Callable[[Mapping[str, Any]], nn.Module], model_cfg: Mapping[str, Any], *, trainable: bool
     ) -> tuple[nn.Module, nn.Module]:
-        """Join the process group the strategy needs, then build and place the model (``workers.engine``);
+        """Join the process group the strategy needs, then build and place the model (``rlhfctl.engine.placement``);
         returns ``(module, model)``: the model itself and what training runs through."""
         self.engine = engine_settings(self.recipe, self.role, model_cfg["dtype"], self.world_size, trainable=trainable)
         self._setup_process(distributed=trainable or self.engine.strategy == "fsdp2")

@@ -8,7 +8,7 @@ its own (vLLM's, as on the actor), so its world is engines x t. It takes the act
 channel (``receive_weights``) and stamps every sample with the ``policy_version`` of the weights that
 generated it, with the engine's own log-probs of the sampled tokens (``rollout_log_probs``, the
 behaviour policy of the off-policy corrections). With ``rollout.multi_turn`` each sample is an agent's
-trajectory (``workers.sampling.agent_rollout``): its tools run in the rollout processes.
+trajectory (``rlhfctl.rollout.agent_rollout``): its tools run in the rollout processes.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from torch import nn
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import Dispatch, register
-from workers.engine import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
-from workers.recipe import model_config, rollout_config, section, trainer_config
+from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
+from rlhfctl.recipe.sections import model_config, rollout_config, section, trainer_config
 from workers.role import RoleWorker
-from workers.sampling.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
-from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
-from workers.sampling.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
-from workers.seeding import derive_seed, generation_seed_parts, make_generator
-from workers.weight_sync import SyncAddress, WeightChannel
+from rlhfctl.rollout.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
+from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
+from rlhfctl.rollout.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
+from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_generator
+from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel
 
 __all__ = ["RolloutWorker", "generation_seed_parts"]
 
@@ -85,7 +85,7 @@ class RolloutWorker(RoleWorker):
     def _start_vllm_engine(self) -> Any:
         """This rank's vLLM engine replica; it never sleeps (its pool trains nothing)."""
         from rlhfctl.agents.trajectory import response_width
-        from workers.sampling.vllm_engine import (VLLM_INSTALL_HINT, VllmNotInstalled, VllmRolloutEngine,
+        from rlhfctl.rollout.vllm_engine import (VLLM_INSTALL_HINT, VllmNotInstalled, VllmRolloutEngine,
                                                   context_length, engine_settings as vllm_settings, vllm_installed)
 
         if not vllm_installed():
@@ -106,7 +106,7 @@ class RolloutWorker(RoleWorker):
 
     def _tensor_parallel_size(self) -> int:
         """``rollout.vllm.tensor_parallel_size``, with the schema's default."""
-        from workers.sampling.vllm_engine import engine_settings as vllm_settings
+        from rlhfctl.rollout.vllm_engine import engine_settings as vllm_settings
 
         return int(vllm_settings(self.rollout)["tensor_parallel_size"])
 

@@ -28,11 +28,11 @@ from torch import nn
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.actor import ActorWorker
-from workers.forward import lm_forward
-from workers.offload import on_device
-from workers.engine import serving
-from workers.packing import packed_token_nll
-from workers.training import allreduce_mean, distributed
+from rlhfctl.engine.forward import lm_forward
+from rlhfctl.engine.offload import on_device
+from rlhfctl.engine.placement import serving
+from rlhfctl.engine.packing import packed_token_nll
+from rlhfctl.engine.training import allreduce_mean, distributed
 
 __all__ = ["SFT_KEYS", "SFTWorker", "token_nll"]
 
@@ -44,7 +44,7 @@ def token_nll(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token negative log-likelihood (B, T-1) of ``input_ids[:, 1:]`` and its mask ``loss_mask[:, 1:]``.
 
-    With ``padding_free`` the rows run packed into one (``workers.packing``), scoring only the masked-in
+    With ``padding_free`` the rows run packed into one (``rlhfctl.engine.packing``), scoring only the masked-in
     tokens (0 elsewhere).
     """
     if padding_free:

@@ -16,13 +16,13 @@ from rlhfctl.models.loading import resolve_dtype
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import export_dtype
 from rlhfctl.single_controller import Dispatch, register
-from workers.checkpointing import (PendingRoleSave, checkpoint_group, load_role_state, role_directory, save_hf_directory,
+from rlhfctl.engine.checkpointing import (PendingRoleSave, checkpoint_group, load_role_state, role_directory, save_hf_directory,
                                   start_role_save)
-from workers.engine import ONE_TO_ALL_FIRST, local_state_bytes
-from workers.recipe import trainer_config
+from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, local_state_bytes
+from rlhfctl.recipe.sections import trainer_config
 from workers.role import RoleWorker
-from workers.seeding import gather_rng_states, make_generator
-from workers.training import (LossFn, build_optimizer, build_scheduler, check_same_across_ranks,
+from rlhfctl.engine.seeding import gather_rng_states, make_generator
+from rlhfctl.engine.training import (LossFn, build_optimizer, build_scheduler, check_same_across_ranks,
                               enable_activation_checkpointing, optimize_on_batch, trainable_parameters)
 
 __all__ = ["TrainableRoleWorker"]
@@ -95,7 +95,7 @@ class TrainableRoleWorker(RoleWorker):
         micro_batch_rows: int | None = None,
         after_step: Callable[[], None] | None = None,
     ) -> dict[str, float]:
-        """One update call: :func:`workers.training.optimize_on_batch` with this role's model, optimizer,
+        """One update call: :func:`rlhfctl.engine.training.optimize_on_batch` with this role's model, optimizer,
         clipping and token budget, shuffled by the ``(seed, rank, stream, update call)`` stream; then the LR
         schedule steps and the update counter moves on. ``mini_batch_rows`` defaults to the whole batch."""
         rows = next(iter(batch.values())).shape[0]

@@ -62,7 +62,7 @@ def named_reward_problems(cfg: Any, function: Callable[..., Any], record: dict[s
 
 def reward_notes(cfg: Any) -> list[str]:
     """What validate says about the reward: for the bundled math rewards, the answer checker in use."""
-    from workers.reward_functions import RewardFunctionError, load_reward_function
+    from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function
 
     reward = cfg.roles.get("reward")
     if reward is None or not reward.get("function"):
@@ -103,8 +103,8 @@ def first_training_record(cfg: Any) -> dict[str, Any] | None:
 
 def _probe(cfg: Any, function: Callable[..., Any], record: dict[str, Any], prompt_key: str) -> list[str]:
     from rlhfctl.data.verl_layout import reward_columns
-    from workers.reward import is_internal_column
-    from workers.reward_functions import call_reward_function
+    from rlhfctl.rewards.functions import is_internal_column
+    from rlhfctl.rewards.functions import call_reward_function
 
     columns = {name: [value] for name, value in reward_columns(record, prompt_key).items() if not is_internal_column(name)}
     truth = columns.get("ground_truth", [None])[0]

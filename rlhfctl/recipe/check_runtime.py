@@ -301,7 +301,7 @@ def check_token_budgets(cfg: Any) -> list[Issue]:
 
 # ---------------------------------------------------------------------------------- rollout engine
 # rollout.engine: vllm is checked before any worker starts, so a missing extra, a vLLM older than the sync
-# needs (workers.sampling.vllm_engine.VLLM_MIN_VERSION) or a model family vLLM cannot run is exit 2.
+# needs (rlhfctl.rollout.vllm_engine.VLLM_MIN_VERSION) or a model family vLLM cannot run is exit 2.
 # Used when vllm is not importable here (the error then is the missing extra; this only names the family).
 _KNOWN_ARCHITECTURES = frozenset({"Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM",
                                   "GPT2LMHeadModel", "GPTNeoXForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM"})
@@ -322,7 +322,7 @@ def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> 
             return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
                             "(the actor samples and scores with the same weights and code)")]
         return []
-    from workers.sampling import vllm_engine
+    from rlhfctl.rollout import vllm_engine
 
     if not vllm_engine.vllm_installed():
         message = f"rollout.engine: vllm needs the vllm package, which does not import here; {vllm_engine.VLLM_INSTALL_HINT}"
@@ -360,7 +360,7 @@ def _model_fields(model: Any) -> tuple[str, dict[str, Any]] | None:
             return None  # a hub id or a missing path: from_pretrained (or check_models) speaks for it
         with open(config_file, encoding="utf-8") as handle:
             return "roles.actor.model.path", json.load(handle)
-    from workers.recipe import DEFAULT_INLINE_MODEL
+    from rlhfctl.recipe.sections import DEFAULT_INLINE_MODEL
 
     config = model.get("config")
     return "roles.actor.model.config", dict(DEFAULT_INLINE_MODEL if config is None else config)

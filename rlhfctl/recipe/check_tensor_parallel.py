@@ -112,7 +112,7 @@ def _tokenizer_vocab(actor: Any) -> int | None:
     """The tokenizer's size, which an inline config without ``vocab_size`` takes (None when it cannot be read here)."""
     try:
         from rlhfctl.models.loading import load_tokenizer
-        from workers.recipe import model_config
+        from rlhfctl.recipe.sections import model_config
 
         model = model_config({"roles": {"actor": _plain(actor)}}, "actor")
         return len(load_tokenizer(model, trust_remote_code=bool(model.get("trust_remote_code"))))

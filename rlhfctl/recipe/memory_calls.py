@@ -59,7 +59,7 @@ CONTEXT_BYTES = 1 * GIB
 #: 45623 lists both as memory that sleep does not release), about 1 GiB for a 7B model at TP 1.
 VLLM_ASLEEP_BYTES = 1 * GIB
 #: Float32 copies of a pass's logits: the ``.float()`` cast, the temperature division, log-softmax,
-#: and the entropy's probabilities (``workers/log_probs.py``), on top of the model's compute-dtype output.
+#: and the entropy's probabilities (``rlhfctl/engine/log_probs.py``), on top of the model's compute-dtype output.
 LOGIT_FP32_COPIES = 4
 
 ROLLOUT, LOG_PROBS, UPDATE = "rollout", "log-prob passes", "update"
@@ -164,8 +164,8 @@ class ModelShape:
 
 
 def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> ModelShape:
-    """The sizes of a (meta) model the terms need; its decoder layers as ``workers.engine`` finds them for FSDP2."""
-    from workers.engine import decoder_layers
+    """The sizes of a (meta) model the terms need; its decoder layers as ``rlhfctl.engine.placement`` finds them for FSDP2."""
+    from rlhfctl.engine.placement import decoder_layers
 
     config = model.config
     heads = int(config.num_attention_heads)
@@ -222,7 +222,7 @@ def generating_role(recipe: Mapping[str, Any]) -> str:
 def generation_rows(recipe: Mapping[str, Any], world: int) -> int:
     """Rows one rank of the generating role samples per generate call: ``samples_per_step`` / ``world``, over
     ``rollout.stream_chunks`` calls with a separate rollout group (a colocated actor generates in one call)."""
-    from workers.recipe import rollout_config
+    from rlhfctl.recipe.sections import rollout_config
 
     chunks = int(rollout_config(recipe)["stream_chunks"]) if generating_role(recipe) == ROLLOUT_ROLE else 1
     return math.ceil(samples_per_step(recipe) / chunks / world)
@@ -230,14 +230,14 @@ def generation_rows(recipe: Mapping[str, Any], world: int) -> int:
 
 def rollout_engine(recipe: Mapping[str, Any]) -> str:
     """``rollout.engine`` with the schema's default."""
-    from workers.recipe import rollout_config
+    from rlhfctl.recipe.sections import rollout_config
 
     return str(rollout_config(recipe)["engine"])
 
 
 def _data(recipe: Mapping[str, Any]) -> dict[str, Any]:
     from rlhfctl.recipe.schema import DataConfig, defaults_of
-    from workers.recipe import section
+    from rlhfctl.recipe.sections import section
 
     return {**defaults_of(DataConfig), **{k: v for k, v in section(recipe, "data").items() if v is not None}}
 
@@ -246,14 +246,14 @@ def sequence_length(recipe: Mapping[str, Any]) -> int:
     """Prompt + response tokens of a rollout row (``data.max_prompt_length`` + the response width: ``rollout.max_new_tokens``,
     or ``multi_turn.max_response_tokens`` for agent rollouts)."""
     from rlhfctl.agents.trajectory import response_width
-    from workers.recipe import rollout_config
+    from rlhfctl.recipe.sections import rollout_config
 
     return int(_data(recipe)["max_prompt_length"]) + response_width(rollout_config(recipe))
 
 
 def samples_per_step(recipe: Mapping[str, Any]) -> int:
     """``trainer.batch_size`` x ``rollout.n``, the schema's defaults filled in."""
-    from workers.recipe import rollout_config, trainer_config
+    from rlhfctl.recipe.sections import rollout_config, trainer_config
 
     return int(trainer_config(recipe)["batch_size"]) * int(rollout_config(recipe)["n"])
 
@@ -330,8 +330,8 @@ def _scoring_weights(planned: PlannedRole) -> list[Term]:
 
 def _logit_chunk(shape: ModelShape) -> int | None:
     """Tokens a log-prob pass scores at once: the pass's own chunk where the model's head scores in chunks, else None."""
-    from workers.forward import SCORED_HEAD_FAMILIES
-    from workers.log_probs import LOGITS_CHUNK_TOKENS  # the chunk's one home
+    from rlhfctl.engine.forward import SCORED_HEAD_FAMILIES
+    from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS  # the chunk's one home
 
     return int(LOGITS_CHUNK_TOKENS) if LOGITS_CHUNK_TOKENS and shape.model_type in SCORED_HEAD_FAMILIES else None
 
@@ -411,8 +411,8 @@ class _Engine:
 def _vllm_engine(recipe: Mapping[str, Any], holder: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
     """vLLM's share while awake (``gpu_memory_utilization`` x the device) and its residue asleep; on CPU its weights + KV.
     ``holder`` is the generating role; the rollout group's engine never sleeps (its pool trains nothing)."""
-    from workers.recipe import rollout_config
-    from workers.sampling.vllm_engine import engine_settings
+    from rlhfctl.recipe.sections import rollout_config
+    from rlhfctl.rollout.vllm_engine import engine_settings
 
     settings, role, shape = engine_settings(rollout_config(recipe)), holder.memory.role, holder.shape
     t = int(settings["tensor_parallel_size"])
@@ -501,8 +501,8 @@ def _tensor_parallel_options(shape: ModelShape, nodes: tuple[int, ...]) -> list[
 def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, nodes: tuple[int, ...], device_memory: int) -> EngineFit:
     """The vLLM engine of the generating role ``holder``, on a pool of ``nodes`` ranks per node, against its share of
     a ``device_memory`` device."""
-    from workers.recipe import rollout_config
-    from workers.sampling.vllm_engine import engine_settings
+    from rlhfctl.recipe.sections import rollout_config
+    from rlhfctl.rollout.vllm_engine import engine_settings
 
     settings, shape, served = engine_settings(rollout_config(recipe)), holder.shape, served_parameters(holder)
     t, tokens = int(settings["tensor_parallel_size"]), sequence_length(recipe)
@@ -537,8 +537,8 @@ def _hf_rollout(recipe: Mapping[str, Any], holder: PlannedRole, rank: int) -> tu
 def _sync_bucket(recipe: Mapping[str, Any], shape: ModelShape) -> tuple[int, str]:
     """Bytes of one weight-sync bucket in compute dtype, and its formula: ``rollout.vllm.sync_bucket_mib``, or the
     largest tensor when that is larger (a bucket holds whole tensors), at most the whole model."""
-    from workers.recipe import rollout_config
-    from workers.sampling.vllm_engine import engine_settings
+    from rlhfctl.recipe.sections import rollout_config
+    from rlhfctl.rollout.vllm_engine import engine_settings
 
     mib, c = float(engine_settings(rollout_config(recipe))["sync_bucket_mib"]), shape.compute_bytes
     size = min(shape.parameters * c, max(int(mib * 2**20), shape.largest_tensor * c))
@@ -570,7 +570,7 @@ def _receive_terms(recipe: Mapping[str, Any], rollout: PlannedRole) -> list[Term
 
 
 def _role_settings(recipe: Mapping[str, Any], role: str) -> dict[str, Any]:
-    from workers import recipe as sections
+    from rlhfctl.recipe import sections
 
     defaults = {"actor": sections.ACTOR_DEFAULTS, "reference": sections.REFERENCE_DEFAULTS,
                 "critic": sections.CRITIC_DEFAULTS, "reward": sections.REWARD_DEFAULTS}[role]
@@ -589,7 +589,7 @@ def _needs_old_log_probs(recipe: Mapping[str, Any]) -> bool:
 def _update_call(recipe: Mapping[str, Any], planned: PlannedRole, rank: int, rows: int, length: int, response: int) -> list[Term]:
     """An update's micro-batch: ``micro_batch_tokens`` tokens, or ``micro_batch_size`` (else a mini-batch's) rows."""
     from rlhfctl.recipe.resolve import samples_per_rank
-    from workers.recipe import rollout_config
+    from rlhfctl.recipe.sections import rollout_config
 
     settings = _role_settings(recipe, planned.memory.role)
     budget = settings.get("micro_batch_tokens")
@@ -606,7 +606,7 @@ def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank
                engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
     """(call, group, its own terms) for the PPO step's calls of the roles in one process, in step order."""
     from rlhfctl.recipe.resolve import reference_source
-    from workers.recipe import rollout_config
+    from rlhfctl.recipe.sections import rollout_config
 
     from rlhfctl.agents.trajectory import response_width
 
@@ -664,7 +664,7 @@ def _sync_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], ran
 
 def _stage_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
     """A supervised stage's calls: dpo's reference pass, then the trained role's training step."""
-    from workers.recipe import trainer_config
+    from rlhfctl.recipe.sections import trainer_config
 
     stage = stage_of(recipe)
     assert stage is not None

@@ -14,7 +14,7 @@ count its parameters. Then, per rank:
   hosts all of a pool's roles):
 
   - ``actor.generate_sequences`` (rollout): on the hf engine, the whole model gathered in compute
-    dtype (``workers.engine.serving``), the KV cache and the prefill's activations; on the vllm
+    dtype (``rlhfctl.engine.placement.serving``), the KV cache and the prefill's activations; on the vllm
     engine, ``rollout.vllm.gpu_memory_utilization`` x the device (vLLM's budget for its weights, KV
     cache and activations, a per-instance share of the device's total). The share must hold the weights
     of one tensor-parallel shard and one sequence's KV cache (:class:`EngineFit`).
@@ -22,8 +22,8 @@ count its parameters. Then, per rank:
     model's ``compute_rewards``): FSDP2's per-unit unshard (the root unit and two decoder layers), one
     micro-batch's activations (a MoE model's through its active experts) and
     its logits (compute dtype, plus :data:`LOGIT_FP32_COPIES` float32 copies through log-softmax and
-    entropy), over one chunk of ``workers.log_probs.LOGITS_CHUNK_TOKENS`` tokens where the model's
-    head scores in chunks (``workers.forward.SCORED_HEAD_FAMILIES``), else over the whole micro-batch.
+    entropy), over one chunk of ``rlhfctl.engine.log_probs.LOGITS_CHUNK_TOKENS`` tokens where the model's
+    head scores in chunks (``rlhfctl.engine.forward.SCORED_HEAD_FAMILIES``), else over the whole micro-batch.
   - updates (``update_critic``, ``update_actor``, a stage's ``train_*``): gradients, FSDP2's gathered
     units (the root unit and two decoder layers, the root's unsharded gradients and a float32 copy
     for the reduce-scatter), one micro-batch's activations (layer inputs only under gradient
@@ -53,7 +53,7 @@ it fit, in :mod:`rlhfctl.recipe.memory_misfits`. :meth:`MemoryPlan.phase_bytes` 
 the bytes of each call for one pool's rank; the peak call is what must fit the device. :meth:`MemoryPlan.misfits`
 is what cannot (a call above the device, an engine above its share: validate's errors), :meth:`MemoryPlan.tight`
 the calls above :data:`TIGHT_SHARE` of it (warnings).
-``memory/<role>/state_gib`` measures the state from the live tensors every step (``workers.memory``).
+``memory/<role>/state_gib`` measures the state from the live tensors every step (``rlhfctl.engine.memory``).
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.
     with torch.device("meta"):
         model = build(inline, tokenizer, dtype=None, trust_remote_code=bool(inline.get("trust_remote_code")), seed=0)
         if lora is not None and lora is not False:
-            from workers.lora import apply_lora
+            from rlhfctl.engine.lora import apply_lora
 
             model = apply_lora(model, {} if lora is True else lora, seed=0)
     return model
@@ -366,7 +366,7 @@ def _per_rank_elements(shapes: list[torch.Size], world: int, rank: int, sharded:
 
 
 def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: str, kv_rows: int) -> PlannedRole:
-    from workers.recipe import section
+    from rlhfctl.recipe.sections import section
 
     role_section = section(recipe, "roles", spec.role)
     model = _meta_model(spec.kind, spec.model_cfg, role_section.get("lora") if spec.role == "actor" else None)
@@ -416,7 +416,7 @@ def _role_note(recipe: Mapping[str, Any], spec: RoleSpec, role_section: Mapping[
 def _role_specs(recipe: Mapping[str, Any]) -> list[RoleSpec]:
     """The roles with a model, what kind of model each builds, and whether it trains (the rollout group of
     ``rollout.placement: separate`` builds the actor's model, frozen)."""
-    from workers.recipe import model_config
+    from rlhfctl.recipe.sections import model_config
 
     roles = recipe.get("roles") or {}
     stage = stage_of(recipe)

@@ -7,10 +7,10 @@ validates starts. Each check calls the code the run itself calls, never a second
   the prompt lookup of :func:`rlhfctl.data.prompts.prompt_of` and the chat-template rule of
   :func:`rlhfctl.data.verl_layout.prompt_messages`; what was read becomes a
   :class:`rlhfctl.data.summary.DataFileSummary` per file (validate's data table);
-- the reward function: :func:`workers.reward_functions.load_reward_function` (the dot form
+- the reward function: :func:`rlhfctl.rewards.functions.load_reward_function` (the dot form
   ``pkg.module.fn`` is rejected here as at run time) and the call the reward worker makes, checked
   against the sampled columns (:func:`rlhfctl.data.verl_layout.reward_columns`, ``ground_truth`` lifted from
-  ``reward_model.ground_truth``) by :func:`workers.reward_functions.reward_call_problem`; a function that
+  ``reward_model.ground_truth``) by :func:`rlhfctl.rewards.functions.reward_call_problem`; a function that
   needs ``ground_truth`` against each file whose sampled rows have none;
 - inline model configs: :func:`rlhfctl.models.loading.unknown_config_keys`, which ``build_config``
   also enforces; model paths: a local directory, or a hub id in the local Hugging Face cache, or a
@@ -76,7 +76,7 @@ def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary
     from rlhfctl.data.records import count_records
     from rlhfctl.data.summary import summarize_sample
     from rlhfctl.data.verl_layout import prompt_messages, reward_columns
-    from workers.reward import is_internal_column
+    from rlhfctl.rewards.functions import is_internal_column
 
     prompt_key, chat = str(cfg.data.prompt_key), cfg.data.get("apply_chat_template")
     found: dict[str, list[str]] = {}
@@ -120,7 +120,7 @@ def _task_columns(cfg: Any, prompt_key: str) -> list[str]:
         return []  # check_data reports it
     from rlhfctl.data.verl_layout import reward_columns
 
-    from workers.reward import is_internal_column
+    from rlhfctl.rewards.functions import is_internal_column
 
     names = dict.fromkeys(str(column) for record in records for column in reward_columns(record, prompt_key))
     return [name for name in names if not is_internal_column(name)]
@@ -129,7 +129,7 @@ def _task_columns(cfg: Any, prompt_key: str) -> list[str]:
 # ---------------------------------------------------------------------------------- reward function
 def _check_reward(cfg: Any, columns: dict[str, list[str]], summaries: list[DataFileSummary]) -> list[Issue]:
     """The reward spec loads as the worker loads it, and the function takes the call the worker makes."""
-    from workers.reward_functions import RewardFunctionError, load_reward_function, reward_call_problem
+    from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function, reward_call_problem
 
     reward = cfg.roles.get("reward")
     if reward is None or not reward.get("function"):

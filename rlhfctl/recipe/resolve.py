@@ -14,7 +14,7 @@ the other keys are known is decided here and nowhere else:
   :func:`export_dtype`.
 
 The trainer, ``validate`` / ``inspect-dispatch`` (:mod:`rlhfctl.recipe.arithmetic`,
-:mod:`rlhfctl.recipe.dataflow`) and the role workers (``workers/recipe.py``) read these. The functions
+:mod:`rlhfctl.recipe.dataflow`) and the role workers (``rlhfctl/recipe/sections.py``) read these. The functions
 take any mapping with ``.get``: an OmegaConf recipe, or the plain dict a worker receives.
 """
 

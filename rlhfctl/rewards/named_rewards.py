@@ -39,7 +39,7 @@ _SPEC_KEYS = ("function", "kwargs")
 @functools.cache
 def _load(spec: str) -> Callable[..., Any]:
     # Imported here, not at the top: the workers package brings in torch.
-    from workers.reward_functions import load_reward_function
+    from rlhfctl.rewards.functions import load_reward_function
 
     return load_reward_function(spec)
 

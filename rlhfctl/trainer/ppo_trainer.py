@@ -28,9 +28,9 @@ from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks, validation_metrics
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
 from rlhfctl.trainer.reporting import Reporter
-from rlhfctl.trainer.rollout import Rollouts, join
+from rlhfctl.rollout.colocated import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
-from rlhfctl.trainer.separate_rollouts import SeparateRollouts
+from rlhfctl.rollout.separate import SeparateRollouts
 from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
 from rlhfctl.trainer.sample_metric import named_scores, sample_metric
 from rlhfctl.trainer.samples import SampleLog

@@ -249,7 +249,7 @@ def test_greedy_validation_rollouts_run_the_agent_loop_too(agent_actor):
 
 def test_packed_and_padded_passes_score_a_holed_batch_alike(agent_actor, rollout):
     """Padding-free packing keeps every attended token (tool outputs too) and drops only the pads."""
-    from workers.log_probs import response_log_probs
+    from rlhfctl.engine.log_probs import response_log_probs
 
     worker = agent_actor.workers[0]
     batch = {key: rollout.batch[key] for key in ("input_ids", "attention_mask", "position_ids", "responses")}

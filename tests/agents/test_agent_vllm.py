@@ -11,7 +11,7 @@ import torch
 from tests.workers.conftest import local_group
 from tests.workers.recipes import digits_prompts, tiny_recipe, tokenizer
 from workers import ActorWorker
-from workers.sampling.vllm_engine import vllm_installed
+from rlhfctl.rollout.vllm_engine import vllm_installed
 
 pytestmark = [
     pytest.mark.vllm,

@@ -72,7 +72,7 @@ def test_an_unknown_algorithm_name_exits_2_with_its_message(recipe_file, capsys)
 
 
 def test_an_unknown_on_error_policy_exits_2_with_its_message(capsys):
-    from workers.reward_functions import call_reward_function
+    from rlhfctl.rewards.functions import call_reward_function
 
     with pytest.raises(UserError) as caught:
         call_reward_function(lambda prompts, responses: [0.0], "fn", ["p"], ["r"], {}, on_error="ignore")

@@ -13,7 +13,7 @@ from rlhfctl.recipe.memory_plan import CONTEXT_BYTES, LOGIT_FP32_COPIES, VLLM_AS
 from rlhfctl.recipe.pools import PoolInfo
 from tests.recipe.builders import PARAMETERS_7B
 from tests.workers.recipes import tiny_recipe
-from workers.log_probs import LOGITS_CHUNK_TOKENS
+from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS
 
 GIB = 2**30
 #: colocated-8gpu as the issue's reference run: GRPO, actor + reference, no critic, vLLM at its default share.
@@ -113,13 +113,13 @@ def test_a_token_budget_sizes_the_update_micro_batch():
 
 
 def test_the_logits_follow_the_log_prob_pass_chunk(monkeypatch):
-    import workers.log_probs
+    import rlhfctl.engine.log_probs
 
     pools = {"main": PoolInfo("main", ("actor",), (1,), False, 4, None)}
     recipe = tiny_recipe(trainer={"batch_size": 64}, rollout={"max_new_tokens": 31}, roles={"actor": {"micro_batch_size": 64}})
-    monkeypatch.setattr(workers.log_probs, "LOGITS_CHUNK_TOKENS", 1000)
+    monkeypatch.setattr(rlhfctl.engine.log_probs, "LOGITS_CHUNK_TOKENS", 1000)
     chunked = plan_memory(recipe, pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
-    monkeypatch.setattr(workers.log_probs, "LOGITS_CHUNK_TOKENS", 0)  # 0: the unchunked pass
+    monkeypatch.setattr(rlhfctl.engine.log_probs, "LOGITS_CHUNK_TOKENS", 0)  # 0: the unchunked pass
     whole = plan_memory(recipe, pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
     # a micro-batch of 64 rows (micro_batch_size) x 32 response positions = 2048 tokens, against chunks of 1000
     assert whole == chunked * 2048 / 1000

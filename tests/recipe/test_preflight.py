@@ -137,7 +137,7 @@ def test_the_dot_form_of_a_reward_function_is_rejected_with_the_colon_form(runne
 
 
 def test_the_run_time_loader_gives_the_same_answer_for_the_dot_form(workdir):
-    from workers.reward_functions import RewardFunctionError, load_reward_function
+    from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function
 
     with pytest.raises(RewardFunctionError, match="did you mean 'rewards:reverse_score'"):
         load_reward_function("rewards.reverse_score")
@@ -273,7 +273,7 @@ def test_inspect_dispatch_shows_each_calls_pool(runner, workdir):
 
 
 def test_the_run_time_call_names_the_same_signature_problem(workdir):
-    from workers.reward_functions import RewardFunctionError, call_reward_function, load_reward_function
+    from rlhfctl.rewards.functions import RewardFunctionError, call_reward_function, load_reward_function
 
     function = load_reward_function("rewards.py:needs_answer")
     with pytest.raises(RewardFunctionError, match="it needs 'answer'.*data columns: ground_truth"):

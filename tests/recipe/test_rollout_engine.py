@@ -9,7 +9,7 @@ import pytest
 from rlhfctl.cli import app
 from rlhfctl.recipe import load_recipe
 from rlhfctl.recipe.validate import validate_recipe
-from workers.sampling.vllm_engine import vllm_installed
+from rlhfctl.rollout.vllm_engine import vllm_installed
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
 HEADS_16 = ["roles.actor.model.config.num_attention_heads=4", "roles.actor.model.config.num_key_value_heads=4"]

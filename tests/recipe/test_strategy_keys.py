@@ -54,7 +54,7 @@ def test_the_shipped_gpu_recipes_keep_float32_masters_under_bf16_compute(name, w
 
     from rlhfctl.recipe import load_recipe
     from tests.trainer.test_training_runs import RECIPES
-    from workers.engine import engine_settings
+    from rlhfctl.engine.placement import engine_settings
 
     recipe = OmegaConf.to_container(load_recipe(RECIPES / name), resolve=True)
     settings = engine_settings(recipe, "actor", recipe["roles"]["actor"]["model"]["dtype"], world, trainable=True)

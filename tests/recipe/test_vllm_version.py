@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlhfctl.cli import app
-from workers.sampling import vllm_engine
+from rlhfctl.rollout import vllm_engine
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "recipes" / "quickstart.yaml"

@@ -74,7 +74,7 @@ def test_a_sub_reward_with_the_wrong_number_of_scores_is_named():
 
 
 def test_an_unloadable_spec_says_what_is_wrong():
-    from workers.reward_functions import RewardFunctionError
+    from rlhfctl.rewards.functions import RewardFunctionError
 
     with pytest.raises(RewardFunctionError, match="no attribute 'nope'"):
         combined(PROMPTS, RESPONSES, rewards={"x": "rlhfctl.rewards:nope"}, ground_truth=TRUTHS)

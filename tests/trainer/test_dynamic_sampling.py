@@ -8,7 +8,7 @@ import torch
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.tasks.reward_fn import named_score_column
-from rlhfctl.trainer.dynamic_sampling import FilteredRollout, FilterGroupsExhausted, Generation, GroupFilterSettings
+from rlhfctl.rollout.dynamic_sampling import FilteredRollout, FilterGroupsExhausted, Generation, GroupFilterSettings
 
 PAD = 0
 RESPONSE = 3

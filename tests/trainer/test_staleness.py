@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from rlhfctl.trainer.staleness import StalenessSchedule
+from rlhfctl.rollout.staleness import StalenessSchedule
 
 
 def _replay(schedule: StalenessSchedule) -> tuple[list[int], int]:

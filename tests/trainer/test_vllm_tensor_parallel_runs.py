@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.sampling.vllm_engine import vllm_installed
+from rlhfctl.rollout.vllm_engine import vllm_installed
 
 pytestmark = [
     pytest.mark.vllm,

@@ -12,7 +12,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
 from workers.critic import response_values
-from workers.engine import scoring, serving
+from rlhfctl.engine.placement import scoring, serving
 
 
 def own_rows(data: DataProto, rows: list[int], rank: int) -> DataProto:

@@ -1,5 +1,5 @@
-"""Actors that show what a rank loaded and in which dtypes it keeps its weights (workers/sharded_load.py,
-rlhfctl/models/loading.py cast_parameters), and export with a chosen file bound (workers/hf_export.py)."""
+"""Actors that show what a rank loaded and in which dtypes it keeps its weights (rlhfctl/engine/sharded_load.py,
+rlhfctl/models/loading.py cast_parameters), and export with a chosen file bound (rlhfctl/engine/hf_export.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 from rlhfctl.single_controller import Dispatch, register
 from workers import ActorWorker, CriticWorker
-from workers.checkpointing import save_hf_directory
+from rlhfctl.engine.checkpointing import save_hf_directory
 
 
 class LoadReportView:
-    """A registered view of what this rank read from the checkpoint files (workers/sharded_load.py)."""
+    """A registered view of what this rank read from the checkpoint files (rlhfctl/engine/sharded_load.py)."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_report(self) -> dict[str, Any] | None:
@@ -46,7 +46,7 @@ class FloatBaseLoraActor(ShardedLoadActor):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """``ActorWorker.init_model`` with ``cast_parameters`` ignoring its frozen dtype, as before issue 35."""
-        import workers.engine as engine
+        import rlhfctl.engine.placement as engine
 
         original = engine.cast_parameters
         engine.cast_parameters = lambda module, dtype, frozen_dtype=None: original(module, dtype)

@@ -1,4 +1,4 @@
-"""An actor that shows the vLLM sync's gathered weights (workers/sampling/vllm_engine.py) without vLLM."""
+"""An actor that shows the vLLM sync's gathered weights (rlhfctl/rollout/vllm_engine.py) without vLLM."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from rlhfctl.single_controller import Dispatch, register
 from workers import ActorWorker
-from workers.sampling.vllm_engine import gathered_weights
+from rlhfctl.rollout.vllm_engine import gathered_weights
 
 _GATHERS = ("all_gather_tensor", "all_gather_single", "all_gather_tensor_autograd")
 

@@ -8,7 +8,7 @@ import torch
 
 from rlhfctl.models.loading import CausalLMWithValueHead, build_config, load_causal_lm
 from tests.workers.recipes import TINY_MODEL, tokenizer
-from workers.training import enable_activation_checkpointing
+from rlhfctl.engine.training import enable_activation_checkpointing
 
 
 def _is_checkpointing(model) -> bool:

@@ -10,11 +10,11 @@ import torch.distributed as dist
 from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import workers.forward as forward
+import rlhfctl.engine.forward as forward
 from tests.workers.test_packing import PROMPT, RESPONSE, rollout_batch, tiny_config
-from workers.engine import EngineSettings, serving, shard_model
-from workers.log_probs import LOGITS_CHUNK_TOKENS, sequence_log_probs
-from workers.sampling.prompt_sharing import SHARED_PROMPT_ENV
+from rlhfctl.engine.placement import EngineSettings, serving, shard_model
+from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS, sequence_log_probs
+from rlhfctl.rollout.prompt_sharing import SHARED_PROMPT_ENV
 
 CHUNK = 5  # does not divide the scored token counts below (28 padded, 21 packed)
 ATOL = RTOL = 1e-5

@@ -1,4 +1,4 @@
-"""The training engine (workers/engine.py) on real Ray ranks with gloo: FSDP2 against DDP against one rank,
+"""The training engine (rlhfctl/engine/placement.py) on real Ray ranks with gloo: FSDP2 against DDP against one rank,
 float32 master weights under bf16 compute, sharded checkpoints that reshard, LoRA under FSDP2, and the
 Hugging Face directory every checkpoint carries."""
 

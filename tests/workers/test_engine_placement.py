@@ -1,4 +1,4 @@
-"""How workers/engine.py places a role's weights: frozen bf16 roles keep float32 rotary buffers, ties
+"""How rlhfctl/engine/placement.py places a role's weights: frozen bf16 roles keep float32 rotary buffers, ties
 survive the cast, and FSDP2 with CPU offload loads at world 2 (the broadcasts run where the group's
 backend reaches: the device under NCCL, the host under gloo)."""
 
@@ -14,7 +14,7 @@ from tests.workers.conftest import local_group
 from tests.workers.recipes import tiny_recipe
 from workers import ReferenceWorker
 from workers import engine as engine_module
-from workers.engine import EngineSettings, collective_device, full_state_dict, materialize
+from rlhfctl.engine.placement import EngineSettings, collective_device, full_state_dict, materialize
 
 BF16 = {"model": {"dtype": "bfloat16", "config": {"rope_theta": 1e6}}}
 

@@ -1,4 +1,4 @@
-"""The streamed Hugging Face export (workers/hf_export.py) on one process: the same files as
+"""The streamed Hugging Face export (rlhfctl/engine/hf_export.py) on one process: the same files as
 ``save_pretrained`` (split, names, tensors), a LoRA merge equal to peft's, a value model's head file."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 from rlhfctl.models.loading import CausalLMWithValueHead, build_config, load_causal_lm
 from tests.workers.recipes import TINY_MODEL, tokenizer
-from workers.checkpointing import save_hf_directory
-from workers.hf_export import export_plan, split_files
-from workers.lora import apply_lora, merged_copy
+from rlhfctl.engine.checkpointing import save_hf_directory
+from rlhfctl.engine.hf_export import export_plan, split_files
+from rlhfctl.engine.lora import apply_lora, merged_copy
 
 
 def tensors(directory: Path) -> dict[str, torch.Tensor]:

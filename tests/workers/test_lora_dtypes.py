@@ -55,7 +55,7 @@ def test_lora_base_stays_bf16_and_matches_the_float32_base_within_bf16_tolerance
 
 def test_the_engine_sync_merges_a_bf16_base_and_a_float32_adapter_in_float32():
     """The weight sync adds the adapter's delta to the bf16 base in float32 and rounds once, as peft's merge does."""
-    from workers.sampling.vllm_engine import _merged
+    from rlhfctl.rollout.vllm_engine import _merged
 
     generator = torch.Generator().manual_seed(0)
     base = torch.randn(64, 64, generator=generator).to(torch.bfloat16)

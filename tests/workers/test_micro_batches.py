@@ -8,7 +8,7 @@ import torch
 
 from rlhfctl.algorithms import LOSS_AGG_MODES, POLICY_LOSSES, get_policy_loss
 from rlhfctl.algorithms.policy_losses import policy_loss_averages_rows
-from workers.micro_batches import (
+from rlhfctl.engine.micro_batches import (
     loss_token_counts,
     micro_batch_shares,
     split_by_rows,

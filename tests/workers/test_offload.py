@@ -1,4 +1,4 @@
-"""Offload between phases (workers/offload.py, ``roles.<role>.fsdp.param_offload`` / ``optimizer_offload``):
+"""Offload between phases (rlhfctl/engine/offload.py, ``roles.<role>.fsdp.param_offload`` / ``optimizer_offload``):
 the moves copy the FSDP2 shards and AdamW moments into fresh storage with equal values, wrap every role
 call, and leave the training numbers exactly as without offload (real Ray, world 2, gloo)."""
 
@@ -15,9 +15,9 @@ from tests.workers.recipes import TINY_MODEL, tiny_recipe, tokenizer
 from tests.workers.scoring_workers import PlacedReference, ScoringActor, storage_places
 from tests.workers.test_engine import fixed_batch, off_policy
 from tests.workers.test_scoring import ray_role
-from workers.engine import EngineSettings, shard_model
-from workers.offload import HOST, move_optimizer_state, move_parameters, offloads, resident
-from workers.training import build_optimizer
+from rlhfctl.engine.placement import EngineSettings, shard_model
+from rlhfctl.engine.offload import HOST, move_optimizer_state, move_parameters, offloads, resident
+from rlhfctl.engine.training import build_optimizer
 
 OPTIM = {"lr": 1e-2, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
 

@@ -6,14 +6,14 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-import workers.packing as packing
+import rlhfctl.engine.packing as packing
 from rlhfctl.algorithms import agg_loss
 from rlhfctl.models.loading import CausalLMWithValueHead, enable_activation_checkpointing, load_token_value_model
 from workers.critic import response_values
-from workers.log_probs import position_ids_from_mask, sequence_log_probs
-from workers.micro_batches import TokenBudgetError, split_by_tokens
+from rlhfctl.engine.log_probs import position_ids_from_mask, sequence_log_probs
+from rlhfctl.engine.micro_batches import TokenBudgetError, split_by_tokens
 from workers.sft import token_nll
-from workers.training import optimize_on_batch
+from rlhfctl.engine.training import optimize_on_batch
 from tests.workers.recipes import TINY_MODEL, tokenizer
 
 PROMPT, RESPONSE = 6, 7

@@ -10,7 +10,7 @@ import torch
 from rlhfctl.single_controller import Dispatch, RayClassWithInitArgs, RayResourcePool, RayWorkerGroup, register
 from tests.workers.recipes import tiny_recipe
 from workers import ActorWorker
-from workers.seeding import capture_rng_state, rng_state_for_rank
+from rlhfctl.engine.seeding import capture_rng_state, rng_state_for_rank
 
 
 class DrawingActor(ActorWorker):

@@ -12,8 +12,8 @@ from rlhfctl.recipe.check_runtime import check_workers
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.schema import ActorRole, CriticRole, ReferenceRole, RewardRole
 from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
-from workers.engine import ONE_TO_ALL_FIRST
-from workers.recipe import (
+from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
+from rlhfctl.recipe.sections import (
     ACTOR_DEFAULTS,
     DEFAULT_INLINE_MODEL,
     kl_config,
@@ -23,7 +23,7 @@ from workers.recipe import (
     samples_per_rank,
     uses_gpu,
 )
-from workers.training import LRSchedule, build_optimizer
+from rlhfctl.engine.training import LRSchedule, build_optimizer
 
 
 def test_missing_and_null_keys_take_defaults_and_trainer_fallbacks():

@@ -23,7 +23,7 @@ from tests.workers.recipes import TINY_MODEL, tiny_recipe
 from tests.workers.test_reward import RESPONSES, scored_batch
 from workers import RewardWorker
 from workers.reward import is_internal_column
-from workers.reward_functions import (
+from rlhfctl.rewards.functions import (
     RewardFunctionError,
     RewardOutputError,
     call_reward_function,

@@ -1,4 +1,4 @@
-"""Scoring layer by layer (workers/engine.py ``scoring``): the no-gradient passes gather one FSDP2 unit at a
+"""Scoring layer by layer (rlhfctl/engine/placement.py ``scoring``): the no-gradient passes gather one FSDP2 unit at a
 time, give the numbers of the whole-model gather, and run as many forwards on every rank, even when the
 ranks hold different numbers of rows (real Ray, world 2, gloo). Plus the FSDP2 mesh's device decision."""
 
@@ -12,8 +12,8 @@ from rlhfctl.protocol import DataProto
 from tests.workers.conftest import ray_role_group
 from tests.workers.recipes import TINY_MODEL, tiny_recipe
 from tests.workers.scoring_workers import ScoringActor, ScoringCritic, ScoringReward
-from workers.engine import mesh_device_type
-from workers.micro_batches import scoring_slices
+from rlhfctl.engine.placement import mesh_device_type
+from rlhfctl.engine.micro_batches import scoring_slices
 
 PROMPT, RESPONSE, ROWS = 6, 5, 7
 UNEVEN = [5, 2]  # rank 0 holds 5 rows (3 micro-batches of 2), rank 1 holds 2 (1 micro-batch)

@@ -17,7 +17,7 @@ from tests.workers.recipes import TINY_MODEL, tiny_recipe, tokenizer
 from tests.workers.sharded_workers import ShardedLoadActor, ShardedLoadCritic
 from tests.workers.test_engine import PROMPT, fixed_batch
 from workers import ActorWorker
-from workers.sharded_load import shard_rows
+from rlhfctl.engine.sharded_load import shard_rows
 
 
 def saved_model(directory: Path, tie: bool) -> Path:
@@ -139,8 +139,8 @@ def test_tensors_the_files_lack_start_alike_a_lora_adapter_and_a_critic_head(ray
 def test_a_checkpoint_missing_a_layer_tensor_is_not_shardable_and_bin_files_are_not_read(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    from workers.engine import decoder_layers
-    from workers.sharded_load import CheckpointIndex, NotShardable, checkpoint_directory, parameters_on_meta, plan_sources
+    from rlhfctl.engine.placement import decoder_layers
+    from rlhfctl.engine.sharded_load import CheckpointIndex, NotShardable, checkpoint_directory, parameters_on_meta, plan_sources
 
     source = saved_model(tmp_path / "source", tie=True)
     with parameters_on_meta():

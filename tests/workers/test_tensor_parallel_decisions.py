@@ -7,8 +7,8 @@ import datetime
 
 import torch.distributed as dist
 
-from workers.sampling.vllm_engine import cpu_thread_binding, probe_due
-from workers.weight_sync import channel_group, nccl_options
+from rlhfctl.rollout.vllm_engine import cpu_thread_binding, probe_due
+from rlhfctl.rollout.weight_channel import channel_group, nccl_options
 
 
 def test_each_rank_of_an_engine_binds_its_own_slice_of_the_nodes_cores():
@@ -46,7 +46,7 @@ def test_the_weight_channel_waits_the_runs_call_timeout_on_nccl_as_on_gloo():
 
 
 def test_a_left_over_shared_memory_segment_of_this_ranks_engine_is_unlinked_and_no_other(tmp_path):
-    from workers.sampling.vllm_engine import _remove_stale_shared_memory
+    from rlhfctl.rollout.vllm_engine import _remove_stale_shared_memory
 
     names = ["-tp:0-[2-3]-cpushm_0", "-tp:0-[2-3]-cpushm_1", "-tp:0-[0-1]-cpushm_1", "psm_1234"]
     for name in names:
@@ -64,7 +64,7 @@ def _fake_vllm(monkeypatch, world: int) -> list[dict]:
 
     import torch
 
-    from workers.sampling import vllm_engine
+    from rlhfctl.rollout import vllm_engine
 
     built: list[dict] = []
 
@@ -90,7 +90,7 @@ def _fake_vllm(monkeypatch, world: int) -> list[dict]:
 def _engine(device: str, t: int):
     import torch
 
-    from workers.sampling.vllm_engine import VllmRolloutEngine, engine_settings
+    from rlhfctl.rollout.vllm_engine import VllmRolloutEngine, engine_settings
 
     engine = VllmRolloutEngine.__new__(VllmRolloutEngine)
     engine.role, engine.rank, engine.device = "actor", 1, torch.device(device)

@@ -12,7 +12,7 @@ from rlhfctl.protocol import DataProto
 from tests.workers.conftest import local_group
 from tests.workers.recipes import digits_prompts, tiny_recipe, tokenizer
 from workers import ActorWorker
-from workers.sampling.vllm_engine import vllm_installed
+from rlhfctl.rollout.vllm_engine import vllm_installed
 
 pytestmark = [
     pytest.mark.vllm,
@@ -148,7 +148,7 @@ def test_synced_engine_log_probs_equal_the_actors_for_tied_and_untied_heads_with
 def test_a_sync_that_misses_a_weight_stops_at_the_first_sync_with_exit_2(monkeypatch):
     from rlhfctl.cli.errors import EXIT_USER, exit_code_for
     from rlhfctl.single_controller import WorkerMethodError
-    from workers.sampling import vllm_engine
+    from rlhfctl.rollout import vllm_engine
 
     real = vllm_engine.gathered_weights
 

@@ -1,5 +1,5 @@
 """The vLLM engine's start-up decisions, without vLLM: the LOCAL_RANK it is built under, eager or CUDA
-graphs, the version it needs, and the first-sync probe's tolerance (workers/sampling/vllm_engine.py)."""
+graphs, the version it needs, and the first-sync probe's tolerance (rlhfctl/rollout/vllm_engine.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from workers.sampling import vllm_engine
-from workers.sampling.vllm_engine import VllmRolloutEngine, eager_mode, engine_settings, probe_tolerance
+from rlhfctl.rollout import vllm_engine
+from rlhfctl.rollout.vllm_engine import VllmRolloutEngine, eager_mode, engine_settings, probe_tolerance
 
 
 class RecordingLLM:

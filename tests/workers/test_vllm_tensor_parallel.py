@@ -12,7 +12,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from tests.workers.recipes import digits_prompts, tiny_recipe
 from tests.workers.tensor_parallel_workers import ShardsActor
-from workers.sampling.vllm_engine import vllm_installed
+from rlhfctl.rollout.vllm_engine import vllm_installed
 
 pytestmark = [
     pytest.mark.vllm,

@@ -7,7 +7,7 @@ import socket
 
 import torch
 
-from workers.weight_sync import SyncAddress, WeightChannel, bucketed
+from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel, bucketed
 
 
 def _weights() -> list[tuple[str, torch.Tensor]]:

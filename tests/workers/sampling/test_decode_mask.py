@@ -8,12 +8,12 @@ from transformers.models.qwen2 import modeling_qwen2
 
 from rlhfctl.models.loading import load_causal_lm
 from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
-from workers.sampling import generation
-from workers.sampling.decode_mask import decode_attention_mask
-from workers.forward import cache_from, lm_forward
-from workers.sampling.generation import SamplingParams, sample_responses
-from workers.sampling.kv_cache import preallocated_cache
-from workers.log_probs import position_ids_from_mask
+from rlhfctl.rollout import generation
+from rlhfctl.rollout.decode_mask import decode_attention_mask
+from rlhfctl.engine.forward import cache_from, lm_forward
+from rlhfctl.rollout.generation import SamplingParams, sample_responses
+from rlhfctl.rollout.kv_cache import preallocated_cache
+from rlhfctl.engine.log_probs import position_ids_from_mask
 
 
 @pytest.fixture(autouse=True)

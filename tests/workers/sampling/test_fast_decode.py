@@ -7,12 +7,12 @@ import torch
 
 from rlhfctl.models.loading import load_causal_lm
 from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
-from workers.sampling.fast_decode import FastDecoder, fast_decoder
-from workers.forward import base_model, cache_from, lm_forward
-from workers.sampling.generation import SamplingParams, sample_responses
-from workers.sampling.kv_cache import preallocated_cache
-from workers.log_probs import position_ids_from_mask
-from workers.lora import apply_lora
+from rlhfctl.rollout.fast_decode import FastDecoder, fast_decoder
+from rlhfctl.engine.forward import base_model, cache_from, lm_forward
+from rlhfctl.rollout.generation import SamplingParams, sample_responses
+from rlhfctl.rollout.kv_cache import preallocated_cache
+from rlhfctl.engine.log_probs import position_ids_from_mask
+from rlhfctl.engine.lora import apply_lora
 
 QWEN2 = TINY_MODEL["config"]
 # Grouped-query attention, a head size that is not hidden / heads, and biases on every projection.

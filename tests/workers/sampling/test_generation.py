@@ -12,7 +12,7 @@ from rlhfctl.models.loading import load_causal_lm
 from tests.workers.conftest import local_group
 from tests.workers.recipes import TINY_MODEL, digits_prompts, tiny_recipe, tokenizer
 from workers import ActorWorker
-from workers.sampling.generation import SamplingParams, filter_logits, sample_responses
+from rlhfctl.rollout.generation import SamplingParams, filter_logits, sample_responses
 
 EOS, PAD = 1, 0
 

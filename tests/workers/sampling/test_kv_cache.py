@@ -7,9 +7,9 @@ import torch
 
 from rlhfctl.models.loading import load_causal_lm
 from tests.workers.recipes import TINY_MODEL, left_padded_prompt_ids, tokenizer
-from workers.sampling import generation
-from workers.sampling.generation import SamplingParams, sample_responses
-from workers.sampling.kv_cache import PreallocatedLayer, preallocated_cache
+from rlhfctl.rollout import generation
+from rlhfctl.rollout.generation import SamplingParams, sample_responses
+from rlhfctl.rollout.kv_cache import PreallocatedLayer, preallocated_cache
 
 
 def tiny_model(**config_overrides):
@@ -29,7 +29,7 @@ def sample(model, monkeypatch, cache_factory):
                             generator=torch.Generator().manual_seed(3))
 
 
-@pytest.mark.parametrize("fast_decode", ["0", "1"])  # transformers' decoding step, and workers/sampling/fast_decode.py
+@pytest.mark.parametrize("fast_decode", ["0", "1"])  # transformers' decoding step, and rlhfctl/rollout/fast_decode.py
 def test_sampling_with_the_preallocated_cache_matches_the_growing_cache(monkeypatch, fast_decode):
     monkeypatch.setenv("RLHFCTL_FAST_DECODE", fast_decode)
     model = tiny_model()

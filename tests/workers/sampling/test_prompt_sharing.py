@@ -8,10 +8,10 @@ import torch.multiprocessing as mp
 
 from rlhfctl.models.loading import load_causal_lm
 from tests.workers.recipes import TINY_MODEL, tokenizer
-from workers.sampling import prompt_sharing
-from workers.log_probs import position_ids_from_mask, sequence_log_probs
-from workers.sampling.prompt_sharing import SHARED_PROMPT_ENV, distinct_prompt_rows
-from workers.training import enable_activation_checkpointing
+from rlhfctl.rollout import prompt_sharing
+from rlhfctl.engine.log_probs import position_ids_from_mask, sequence_log_probs
+from rlhfctl.rollout.prompt_sharing import SHARED_PROMPT_ENV, distinct_prompt_rows
+from rlhfctl.engine.training import enable_activation_checkpointing
 
 
 def tiny_model(**config_overrides):

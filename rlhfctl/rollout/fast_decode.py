@@ -9,7 +9,7 @@ overhead was a fifth of a decoding step at hidden 256 x 4 layers and half of it 
 :class:`FastDecoder` runs the same computation from the model's own modules and weights: the fused
 ``torch.nn.functional.rms_norm``, a cos/sin table built once per rollout by the model's own rotary
 embedding, q and k rotated together, ``scaled_dot_product_attention`` on the preallocated cache
-(:mod:`workers.sampling.kv_cache`), and the mask built once (:mod:`workers.sampling.decode_mask`). The prompt pass
+(:mod:`rlhfctl.rollout.kv_cache`), and the mask built once (:mod:`rlhfctl.rollout.decode_mask`). The prompt pass
 still runs through transformers, so both fill the same cache. Logits equal the transformers step up to
 float rounding (tested), so sampled tokens can differ only in rare near-ties.
 
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workers.sampling import kv_cache
+from rlhfctl.rollout import kv_cache
 
 __all__ = ["FAST_DECODE_ENV", "FAST_DECODE_MODEL_TYPES", "FastDecoder", "fast_decoder"]
 
@@ -153,9 +153,9 @@ def _rotary_table(model: nn.Module, max_position: int, head_dim: int) -> tuple[t
 
 def fast_decoder(model: nn.Module, cache: Any, prompt_mask: torch.Tensor, max_new_tokens: int,
                  max_position: int) -> FastDecoder | None:
-    """A :class:`FastDecoder` over ``cache`` (a :func:`workers.sampling.kv_cache.preallocated_cache` the prompt
+    """A :class:`FastDecoder` over ``cache`` (a :func:`rlhfctl.rollout.kv_cache.preallocated_cache` the prompt
     pass filled), or None where the model is not one it reproduces exactly; callers then keep the
-    model's forward. ``model`` is the innermost transformers causal LM (``workers.forward.base_model``);
+    model's forward. ``model`` is the innermost transformers causal LM (``rlhfctl.engine.forward.base_model``);
     ``max_position`` the largest position id a decoded token can get."""
     if not (_enabled() and _TORCH_HAS_OPS):
         return None

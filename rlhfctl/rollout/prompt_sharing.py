@@ -11,7 +11,7 @@ of them; with 128-token prompts, about 60%.
 
 Two calls instead of one cost a fixed overhead, which a toy model (hidden 64) does not earn back, so the
 shared pass runs only when ``saved positions x hidden_size^2`` reaches :data:`MIN_SAVED_WORK`. It also
-needs a model whose cache layers are plain full attention (``workers.sampling.kv_cache.full_attention_cache``),
+needs a model whose cache layers are plain full attention (``rlhfctl.rollout.kv_cache.full_attention_cache``),
 the ``sdpa`` or ``eager`` attention kernel (the ones it is tested with), and no gradient checkpointing
 while training (transformers turns the cache off there).
 ``RLHFCTL_SHARED_PROMPT_PASS=0`` turns it off, ``=1`` uses it whenever the model allows.
@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.engine import forwards_are_collective, is_sharded
-from workers.forward import base_model, cache_from, lm_forward
-from workers.sampling.kv_cache import full_attention_cache
-from workers.training import unwrap
+from rlhfctl.engine.placement import forwards_are_collective, is_sharded
+from rlhfctl.engine.forward import base_model, cache_from, lm_forward
+from rlhfctl.rollout.kv_cache import full_attention_cache
+from rlhfctl.engine.training import unwrap
 
 __all__ = [
     "MIN_SAVED_WORK",
@@ -167,7 +167,7 @@ def shared_prompt_scores(
     scoring: Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], contextlib.AbstractContextManager],
 ) -> torch.Tensor | None:
     """Scores (rows, R, 2) of the response tokens from the shared pass, the output layer run under
-    ``scoring(select, targets)`` (``workers.forward.scoring_head``); None where the shared pass does not apply."""
+    ``scoring(select, targets)`` (``rlhfctl.engine.forward.scoring_head``); None where the shared pass does not apply."""
     plan = _shared_plan(model, batch)
     if plan is None:
         return None

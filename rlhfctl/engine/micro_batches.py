@@ -13,7 +13,7 @@ runs the largest count any rank needs (splitting its fullest micro-batches), so 
 synchronisation is entered the same number of times on every rank.
 
 The no-gradient scoring passes (log-probs, values, reward-model scores) slice their rows with
-:func:`scoring_slices`. Where each forward gathers FSDP2 units (``workers.engine.forwards_are_collective``),
+:func:`scoring_slices`. Where each forward gathers FSDP2 units (``rlhfctl.engine.placement.forwards_are_collective``),
 a rank with fewer micro-batches than another runs its last one again, as often as it must, and drops
 those results, so every rank enters the same number of forwards.
 """

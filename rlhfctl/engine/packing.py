@@ -35,7 +35,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 
 from rlhfctl.algorithms import token_log_probs
-from workers.forward import base_model, scoring_head
+from rlhfctl.engine.forward import base_model, scoring_head
 
 __all__ = [
     "PACKING_FAMILIES",
@@ -151,8 +151,8 @@ def _packed_call(
     scoring: Callable[[Callable[[torch.Tensor], torch.Tensor]], contextlib.AbstractContextManager] | None = None,
 ) -> torch.Tensor:
     """Logits of one packed row at the packed positions ``keep`` (only those, where the model allows); with
-    ``scoring`` (``scoring(select)``, see ``workers.forward.scoring_head``) the head's scores there instead."""
-    from workers.forward import _accepts
+    ``scoring`` (``scoring(select)``, see ``rlhfctl.engine.forward.scoring_head``) the head's scores there instead."""
+    from rlhfctl.engine.forward import _accepts
 
     kwargs = _packed_kwargs(model, packed)
     accepted = _accepts(model)

@@ -17,7 +17,7 @@ from rlhfctl.run_signals import stop_requested
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
 from rlhfctl.single_controller.worker_group import GroupMethod
-from rlhfctl.trainer.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
+from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 
 __all__ = ["CallWhenNeeded", "Done", "Rollout", "Rollouts", "join", "send_scoring"]
@@ -113,7 +113,7 @@ class Rollouts:
         self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
         self.group_filter = GroupFilterSettings.from_recipe(cfg, tokenizer.pad_token_id)
         self._ahead: Rollout | FilteredRollout | None = None
-        # Each draw of prompts is numbered, and the number seeds its generation (workers.seeding.generation_seed_parts):
+        # Each draw of prompts is numbered, and the number seeds its generation (rlhfctl.engine.seeding.generation_seed_parts):
         # a resumed run draws the same samples whatever the actor's ranks ran after the checkpoint. None: a checkpoint
         # from before the numbering, whose generations follow the actor's own call counter.
         self.draws: int | None = 0

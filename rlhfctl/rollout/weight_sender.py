@@ -10,9 +10,9 @@ import time
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.single_controller.worker import free_port, node_ip_address
-from workers.engine import ONE_TO_ALL_FIRST
-from workers.recipe import trainer_config
-from workers.weight_sync import SyncAddress, WeightChannel, bucketed
+from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
+from rlhfctl.recipe.sections import trainer_config
+from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel, bucketed
 
 __all__ = ["WeightSender"]
 
@@ -38,7 +38,7 @@ class WeightSender:
     def send_weights(self) -> dict[str, float]:
         """Send the current weights to the rollout ranks; ``time/weight_sync`` and ``rollout/sync_bytes``
         (weights in the engine's dtype) and the ``version`` they are (the updates taken so far)."""
-        from workers.sampling.vllm_engine import engine_settings, gathered_weights
+        from rlhfctl.rollout.vllm_engine import engine_settings, gathered_weights
 
         self._require_model()
         start = time.perf_counter()

@@ -18,11 +18,11 @@ from torch import nn
 from rlhfctl.algorithms import token_log_probs
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import rank_progress
-from workers.sampling.decode_mask import decode_attention_mask
-from workers.sampling.fast_decode import fast_decoder
-from workers.forward import base_model, cache_from, lm_forward
-from workers.sampling.kv_cache import preallocated_cache
-from workers.log_probs import position_ids_from_mask
+from rlhfctl.rollout.decode_mask import decode_attention_mask
+from rlhfctl.rollout.fast_decode import fast_decoder
+from rlhfctl.engine.forward import base_model, cache_from, lm_forward
+from rlhfctl.rollout.kv_cache import preallocated_cache
+from rlhfctl.engine.log_probs import position_ids_from_mask
 
 __all__ = ["SamplingParams", "eos_token_ids", "filter_logits", "generate_batch", "rollout_batch", "sample_responses"]
 
@@ -161,7 +161,7 @@ def sample_responses(
             mask, positions = mask.repeat_interleave(repeats, 0), positions.repeat_interleave(repeats, 0)
         rows = mask.shape[0]
         next_position = positions[:, -1:] + 1
-        # With our cache, llama-family models decode in fewer ops (workers/sampling/fast_decode.py); other models
+        # With our cache, llama-family models decode in fewer ops (rlhfctl/rollout/fast_decode.py); other models
         # get the decoding steps' 4D mask built once, or else the 2D mask growing per token.
         decoder = step_masks = None
         if cache_is_ours:

@@ -67,7 +67,7 @@ class Generation:
 
 
 class FilteredRollout:
-    """A step's rollout under dynamic sampling; read like :class:`rlhfctl.trainer.rollout.Rollout`.
+    """A step's rollout under dynamic sampling; read like :class:`rlhfctl.rollout.colocated.Rollout`.
 
     ``responses()`` generates and filters until the step is full, then sends the values and the
     reference log-probs for the kept samples (``send_scoring``); ``scored()`` joins them as a plain

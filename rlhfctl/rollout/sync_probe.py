@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from rlhfctl.protocol import DataProto
-from workers.sampling.generation import SamplingParams
+from rlhfctl.rollout.generation import SamplingParams
 
 __all__ = ["PROBE_PARAMS", "log_prob_gap", "probe_prompts", "vocab_of"]
 

@@ -32,7 +32,7 @@ def decode_attention_mask(model: nn.Module, prompt_mask: torch.Tensor, max_new_t
     """The 4D mask (rows, 1, 1, prompt + max_new_tokens) for single-token decoding steps, or None.
 
     Decoding step ``s`` (0-based, after the prompt pass) passes ``mask[..., : prompt + s + 1]``.
-    ``model`` is the innermost transformers model (see ``workers.forward.base_model``).
+    ``model`` is the innermost transformers model (see ``rlhfctl.engine.forward.base_model``).
     """
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in DECODE_MASK_MODEL_TYPES:

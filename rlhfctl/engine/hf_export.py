@@ -25,8 +25,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from rlhfctl.models.loading import VALUE_HEAD_FILE
-from workers.engine import full_tensor
-from workers.lora import is_lora
+from rlhfctl.engine.placement import full_tensor
+from rlhfctl.engine.lora import is_lora
 
 __all__ = [
     "MAX_SHARD_BYTES",

@@ -42,11 +42,11 @@ import torch.distributed as dist
 from safetensors.torch import load_model, save_file
 from torch import nn
 
-from workers.engine import full_state_dict, full_tensor
-from workers.hf_export import (MAX_SHARD_BYTES, export_plan, lora_merged, renames_on_save, write_hf_config,
+from rlhfctl.engine.placement import full_state_dict, full_tensor
+from rlhfctl.engine.hf_export import (MAX_SHARD_BYTES, export_plan, lora_merged, renames_on_save, write_hf_config,
                                write_hf_weights)
-from workers.lora import is_lora, load_adapter
-from workers.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
+from rlhfctl.engine.lora import is_lora, load_adapter
+from rlhfctl.engine.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
 
 __all__ = [
     "ADAPTER_DIR",
@@ -102,7 +102,7 @@ def save_hf_directory(module: nn.Module, tokenizer: Any, target: Path, dtype: to
                       max_shard_bytes: int = MAX_SHARD_BYTES) -> Path:
     """Write ``module`` (LoRA merged) as a Hugging Face directory; collective, rank 0 writes.
 
-    Streamed (``workers/hf_export.py``): one tensor gathered at a time, files of at most ``max_shard_bytes``
+    Streamed (``rlhfctl/engine/hf_export.py``): one tensor gathered at a time, files of at most ``max_shard_bytes``
     with their index, so no rank holds the whole model. A model that transformers renames on save (its
     weight conversions) goes through ``save_pretrained`` on the state gathered on rank 0 instead.
     """
@@ -219,7 +219,7 @@ def start_role_save(
     With ``asynchronous`` the sharded state is copied to CPU memory and written in the background
     (collectives on ``process_group``, :func:`checkpoint_group`); the Hugging Face directory and the small
     files are written before this returns. ``rank_rng`` holds every rank's RNG state in rank order
-    (:func:`workers.seeding.gather_rng_states`); without it, only rank 0's state is saved.
+    (:func:`rlhfctl.engine.seeding.gather_rng_states`); without it, only rank 0's state is saved.
     """
     staging = target.parent / f".{target.name}.saving"
     if _rank() == 0:
@@ -256,7 +256,7 @@ def load_role_state(
     rank: int = 0,
 ) -> dict[str, int]:
     """Every rank calls this: restore what :func:`start_role_save` wrote (at any world size), with ``rank``'s
-    own RNG state (see :func:`workers.seeding.rng_state_for_rank` for another number of ranks); returns the counters."""
+    own RNG state (see :func:`rlhfctl.engine.seeding.rng_state_for_rank` for another number of ranks); returns the counters."""
     if not source.is_dir():
         raise FileNotFoundError(f"no checkpoint for this role at {source}")
     if (source / STATE_DIR).is_dir():

@@ -6,7 +6,7 @@ live trajectories go to the engine together: on ``hf`` left-padded into one deco
 (:func:`hf_batch_generate`), on ``vllm`` as one list of token prompts that the engine schedules
 (``VllmRolloutEngine.generate_token_lists``). Tool calls run concurrently between the rounds.
 
-The result has the layout of :func:`workers.sampling.generation.rollout_batch` with the response
+The result has the layout of :func:`rlhfctl.rollout.generation.rollout_batch` with the response
 right-padded to ``max_response_tokens``: ``response_mask`` is the loss mask (the policy's tokens), the
 attention mask covers every real token (tool outputs included), ``rollout_log_probs`` the engine's
 log-probs (0 at mask 0). Non-tensor columns added: ``messages`` (the whole conversation, the prompt's
@@ -35,7 +35,7 @@ from rlhfctl.agents.loop import AgentContext, AgentSample
 from rlhfctl.agents.tool_registry import agent_loop_class, build_tools, environment_spec
 from rlhfctl.agents.trajectory import Trajectory
 from rlhfctl.protocol import DataProto
-from workers.sampling.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
+from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 
 __all__ = ["AgentRollout", "agent_rollout_enabled", "agent_rollout_for", "hf_batch_generate", "multi_turn_settings", "run_coroutine"]
 
@@ -104,7 +104,7 @@ def run_coroutine(coroutine: Any) -> Any:
 def multi_turn_settings(rollout: Mapping[str, Any]) -> dict[str, Any]:
     """``rollout.multi_turn`` with its schema defaults."""
     from rlhfctl.recipe import schema
-    from workers.recipe import SectionDefaults
+    from rlhfctl.recipe.sections import SectionDefaults
 
     defaults = SectionDefaults(schema.MultiTurnConfig)
     given = dict(rollout.get("multi_turn") or {})

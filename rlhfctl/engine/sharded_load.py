@@ -11,7 +11,7 @@ initialised on every rank alike from the run's seed, as a full tensor (they are 
 ``A`` by peft's rule (Kaiming uniform, a = sqrt(5)) and ``B`` as zeros, so the adapted model starts as the
 base; another module by its own ``reset_parameters``. Their values therefore differ from a full load's.
 A checkpoint whose names the model does not match (other than fresh ones) is :class:`NotShardable`: the
-caller falls back to the full load. ``workers.engine.materialize`` keeps each rank's :class:`LoadReport`
+caller falls back to the full load. ``rlhfctl.engine.placement.materialize`` keeps each rank's :class:`LoadReport`
 on the model as ``load_report`` (what it read: the tests check that no rank read more than its share).
 """
 

@@ -3,7 +3,7 @@
 The driver keeps the batches of the next steps in flight on the rollout group while the actor trains.
 After the actor's update of step ``t`` is sent, :meth:`SeparateRollouts.send_ahead` sends the weights
 when the schedule says so and then every later step's batch the bound allows
-(:class:`~rlhfctl.trainer.staleness.StalenessSchedule`). A batch is generated in
+(:class:`~rlhfctl.rollout.staleness.StalenessSchedule`). A batch is generated in
 ``rollout.stream_chunks`` calls; each chunk's reward is scored as the chunk comes back, while the
 next chunk generates. Values and reference log-probs are sent once the whole batch is in, because
 their groups may share the actor's processes, whose calls run in order.
@@ -25,11 +25,11 @@ from rlhfctl.errors import WorkerLost
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
-from rlhfctl.trainer.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
+from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
-from rlhfctl.trainer.rollout import CallWhenNeeded, Done, Rollout, send_scoring
-from rlhfctl.trainer.staleness import StalenessSchedule
-from rlhfctl.trainer.weight_sync import WeightSync
+from rlhfctl.rollout.colocated import CallWhenNeeded, Done, Rollout, send_scoring
+from rlhfctl.rollout.staleness import StalenessSchedule
+from rlhfctl.rollout.weight_sync import WeightSync
 
 __all__ = ["SeparateRollouts", "StreamedRollout"]
 

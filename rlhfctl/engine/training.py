@@ -2,9 +2,9 @@
 epoch / mini-batch / micro-batch loop with gradient accumulation and clipping.
 
 One optimizer step per mini-batch; gradients of its micro-batches are accumulated (each loss scaled by
-its share of the mini-batch's rows or loss tokens, ``workers.micro_batches``) and, under DDP, all-reduced
+its share of the mini-batch's rows or loss tokens, ``rlhfctl.engine.micro_batches``) and, under DDP, all-reduced
 only on the last micro-batch (FSDP2 reduce-scatters every micro-batch into the float32 gradient shards).
-Clipping uses the global norm over every shard (``workers.engine.clip_grad_norm``). The LR
+Clipping uses the global norm over every shard (``rlhfctl.engine.placement.clip_grad_norm``). The LR
 scheduler is stepped by the worker once per update call, so ``trainer.total_steps`` is its horizon.
 """
 
@@ -22,8 +22,8 @@ from torch import nn
 
 from rlhfctl.models.loading import enable_activation_checkpointing  # the workers' checkpointing switch
 from rlhfctl.single_controller import rank_progress
-from workers.engine import clip_grad_norm
-from workers.micro_batches import micro_batch_shares, split_by_rows, split_by_tokens
+from rlhfctl.engine.placement import clip_grad_norm
+from rlhfctl.engine.micro_batches import micro_batch_shares, split_by_rows, split_by_tokens
 
 __all__ = [
     "LRSchedule",

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workers.recipe import LORA_DEFAULTS
+from rlhfctl.recipe.sections import LORA_DEFAULTS
 
 __all__ = ["ADAPTER_FILES", "adapter_disabled", "apply_lora", "is_lora", "load_adapter", "merged_copy", "save_adapter"]
 

@@ -1,7 +1,7 @@
 """Offload between phases: a role's FSDP2 shards wait in host memory while other roles' calls run.
 
 ``roles.<role>.fsdp.param_offload`` and ``optimizer_offload`` (verl's meaning), read through
-``workers.engine.engine_settings``:
+``rlhfctl.engine.placement.engine_settings``:
 
 - ``param_offload``: the role's parameter shards (and buffers) move to host memory after each of its calls
   and come back to its device at the start of the next one. A frozen reference offloads this way too.
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from workers.engine import EngineSettings
+from rlhfctl.engine.placement import EngineSettings
 
 __all__ = ["HOST", "move_optimizer_state", "move_parameters", "offloads", "on_device", "resident", "to_host"]
 

@@ -28,10 +28,12 @@ from rlhfctl.errors import UserError
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.importing import import_python_file
 from rlhfctl.single_controller import rank_progress
-from rlhfctl.tasks.reward_fn import named_score_problem
+from rlhfctl.tasks.reward_fn import NAMED_SCORE_PREFIX, named_score_problem
 
 __all__ = [
+    "AGENT_METRIC_PREFIX",
     "CONVERSATION_COLUMNS",
+    "INTERNAL_COLUMNS",
     "ON_ERROR_POLICIES",
     "RewardFunctionError",
     "RewardOutputError",
@@ -39,6 +41,7 @@ __all__ = [
     "call_reward_function",
     "conversation_columns_taken",
     "function_kwargs_problem",
+    "is_internal_column",
     "load_reward_function",
     "reward_call_problem",
 ]
@@ -49,6 +52,17 @@ CONVERSATION_COLUMNS = ("messages", "tool_rewards", "num_turns", "reward_extra")
 """What an agent rollout adds for the reward (``rollout.multi_turn``): the whole conversation, the sum of the
 tools' rewards, the assistant turns and the loop's extra dict. Each goes only to a function that takes it by
 name or through ``**kwargs``, so functions written for single-turn rollouts keep working."""
+
+INTERNAL_COLUMNS = frozenset({"uid", "response_text", "prompt_text", "prompt_messages", "score", "reward_error"})
+"""Non-tensor columns not passed to reward functions (the rest go in as keyword lists); so are the named-score
+columns ``reward/<name>`` and an agent rollout's per-sample metrics ``agent/<name>`` (:func:`is_internal_column`)."""
+
+AGENT_METRIC_PREFIX = "agent/"
+
+
+def is_internal_column(name: str) -> bool:
+    """Whether a non-tensor column is the pipeline's own, not data for the reward function."""
+    return name in INTERNAL_COLUMNS or str(name).startswith((NAMED_SCORE_PREFIX, AGENT_METRIC_PREFIX))
 
 
 def conversation_columns_taken(function: Callable[..., Any], present: Sequence[str]) -> list[str]:

@@ -16,7 +16,7 @@ on the CPU the KV cache has the fixed size ``rollout.vllm.cpu_kv_cache_gib``.
 
 :meth:`VllmRolloutEngine.generate` takes the left-padded prompt ids and returns the responses
 right-padded to ``max_new_tokens``, their mask and vLLM's per-token log-probs, so the rollout batch
-is built by the same code as the hf engine's (``workers.sampling.generation.rollout_batch``).
+is built by the same code as the hf engine's (``rlhfctl.rollout.generation.rollout_batch``).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _unwrapped(module: nn.Module) -> nn.Module:
 def _full(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole tensor of a parameter in ``dtype`` (None: its own): a DTensor (FSDP2) casts its local shard
     first and then all-gathers, so float32 masters travel in the engine's 16 bits, half the bytes."""
-    from workers.engine import full_tensor
+    from rlhfctl.engine.placement import full_tensor
 
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # a DTensor stays a DTensor with the same placements: a pointwise op on the shard
@@ -214,7 +214,7 @@ def _named_weights(model: nn.Module, dtype: torch.dtype | None = None) -> Iterat
     """(checkpoint name, thunk giving the full tensor in ``dtype``, local bytes); a peft model's LoRA layers
     are merged: base weight plus the adapter's delta, summed in the master dtype on the shards, then cast
     and gathered, so the engine needs no adapter support."""
-    from workers.lora import is_lora
+    from rlhfctl.engine.lora import is_lora
 
     lora = is_lora(model)
     owners = dict(model.named_modules()) if lora else {}
@@ -337,7 +337,7 @@ class VllmRolloutEngine:
         self.dtype = _engine_dtype(dtype)  # the sync casts the shards to it before gathering
         self._config_dir = _engine_config_dir(module)
         self.architecture = _architecture(module)  # named by the first-sync probe's error
-        from workers.seeding import capture_rng_state, restore_rng_state
+        from rlhfctl.engine.seeding import capture_rng_state, restore_rng_state
 
         rng = capture_rng_state()  # vLLM seeds the global generators; the actor's streams stay its own
         try:

@@ -17,12 +17,12 @@ whole call, so ranks may run different numbers of forward passes (sampling stops
 a collective per step. The no-gradient scoring passes (reference and old log-probs, values, a reward
 model's scores) run inside :func:`scoring`: FSDP2 gathers one unit at a time for its forward and frees it
 after, so no rank ever holds the whole model; each forward is then a collective, and the scoring loops
-run as many micro-batches on every rank (``workers.micro_batches.scoring_slices``). Issue-18-style weight
+run as many micro-batches on every rank (``rlhfctl.engine.micro_batches.scoring_slices``). Issue-18-style weight
 sync reads the full weights through :func:`full_state_items`, whatever the strategy.
 
 The FSDP2 mesh is built on the role's device type (:func:`mesh_device_type`), so a CPU role on a GPU host
 shards over gloo on the CPU. ``fsdp.param_offload`` / ``fsdp.optimizer_offload`` keep a role's shards in
-host memory between its calls (``workers.offload``).
+host memory between its calls (``rlhfctl.engine.offload``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from rlhfctl.models.loading import cast_parameters, resolve_dtype, trained_leave
 from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home of the strategy default
 from rlhfctl.single_controller import register_dispatch_mode
 from rlhfctl.single_controller.worker import free_port
-from workers.recipe import section
-from workers.sharded_load import NotShardable, ShardedLoad, checkpoint_directory, parameters_on_meta
+from rlhfctl.recipe.sections import section
+from rlhfctl.engine.sharded_load import NotShardable, ShardedLoad, checkpoint_directory, parameters_on_meta
 
 __all__ = [
     "FSDP_DEFAULTS",
@@ -252,7 +252,7 @@ def materialize(
     ``build(model_cfg)`` loads the weights (and applies LoRA, activation checkpointing). Only parameters
     are cast: trainable ones to the storage dtype, frozen ones (a LoRA base) to the compute dtype; floating
     buffers (rotary ``inv_freq``) stay float32, as ``from_pretrained`` keeps them. Under FSDP2 at world > 1,
-    a ``model.path`` with safetensors files loads sharded (``workers/sharded_load.py``): every rank builds
+    a ``model.path`` with safetensors files loads sharded (``rlhfctl/engine/sharded_load.py``): every rank builds
     on meta and reads only its own rows. An inline ``model.config`` (or a checkpoint that cannot be read so)
     is built by rank 0 alone and broadcast shard by shard; the other ranks build on the meta device.
     """
@@ -371,7 +371,7 @@ def serving(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
 def scoring(module: nn.Module, settings: EngineSettings) -> Iterator[nn.Module]:
     """The no-gradient scoring passes: FSDP2 gathers each unit for its own forward and frees it after, so
     a rank holds one unit whole at a time, not the model. Every forward is then a collective: run as many
-    on every rank (``workers.micro_batches.scoring_slices``). Inside :func:`serving` the units are whole
+    on every rank (``rlhfctl.engine.micro_batches.scoring_slices``). Inside :func:`serving` the units are whole
     already, and stay so. DDP autocasts as in training."""
     if settings.strategy != "fsdp2":
         with _autocast(module, settings):

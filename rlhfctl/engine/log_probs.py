@@ -3,11 +3,11 @@
 With ``P`` prompt columns and ``R`` response columns, the token at response position ``t`` is
 predicted by the logits at sequence position ``P + t - 1``. Logits are divided by the sampling
 temperature (as the rollout sampled from ``softmax(logits / T)``) and reduced in float32. Where rows
-repeat a prompt, the prompt part may run once per distinct prompt (``workers.sampling.prompt_sharing``); with
-``padding_free`` the rows run packed into one, without their pad tokens (``workers.packing``).
+repeat a prompt, the prompt part may run once per distinct prompt (``rlhfctl.rollout.prompt_sharing``); with
+``padding_free`` the rows run packed into one, without their pad tokens (``rlhfctl.engine.packing``).
 
 The output layer scores the response tokens :data:`LOGITS_CHUNK_TOKENS` at a time
-(``workers.forward.scoring_head``), so the pass holds one chunk's ``[tokens, vocab]`` float32 logits,
+(``rlhfctl.engine.forward.scoring_head``), so the pass holds one chunk's ``[tokens, vocab]`` float32 logits,
 not the whole micro-batch's several times over; models without a reachable output layer, and
 ``chunk_tokens=0``, compute the full logits as before.
 """
@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from rlhfctl.algorithms import token_log_probs
-from workers.engine import forwards_are_collective, scoring_grad_mode
-from workers.forward import lm_forward, output_layer, scoring_head
-from workers.micro_batches import scoring_slices
-from workers.packing import packed_response_log_probs
-from workers.sampling.prompt_sharing import shared_prompt_logits, shared_prompt_scores
+from rlhfctl.engine.placement import forwards_are_collective, scoring_grad_mode
+from rlhfctl.engine.forward import lm_forward, output_layer, scoring_head
+from rlhfctl.engine.micro_batches import scoring_slices
+from rlhfctl.engine.packing import packed_response_log_probs
+from rlhfctl.rollout.prompt_sharing import shared_prompt_logits, shared_prompt_scores
 
 __all__ = ["LOGITS_CHUNK_TOKENS", "position_ids_from_mask", "response_log_probs", "sequence_log_probs"]
 
@@ -131,7 +131,7 @@ def response_log_probs(
     chunk_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`sequence_log_probs` without gradients, in micro-batches; results on the CPU. Where forwards
-    gather FSDP2 units, every rank runs as many micro-batches (``workers.micro_batches.scoring_slices``)."""
+    gather FSDP2 units, every rank runs as many micro-batches (``rlhfctl.engine.micro_batches.scoring_slices``)."""
     rows = batch["responses"].shape[0]
     keys = [key for key in ("input_ids", "attention_mask", "position_ids", "responses") if key in batch]
     log_prob_parts, entropy_parts = [], []
