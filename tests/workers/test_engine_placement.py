@@ -13,7 +13,7 @@ from rlhfctl.models.loading import cast_parameters, load_causal_lm
 from tests.workers.conftest import local_group
 from tests.workers.recipes import tiny_recipe
 from workers import ReferenceWorker
-from workers import engine as engine_module
+from rlhfctl.engine import placement as engine_module
 from rlhfctl.engine.placement import EngineSettings, collective_device, full_state_dict, materialize
 
 BF16 = {"model": {"dtype": "bfloat16", "config": {"rope_theta": 1e6}}}
