@@ -75,14 +75,13 @@ class StepClock:
 def child(spec_path: Path) -> None:
     """Run one recipe in this process (its own private Ray) and write what the parent reads next to the spec."""
     from rlhfctl.recipe import load_recipe
-    from rlhfctl.recipe.resolve import present_roles
+    from rlhfctl.recipe.resolved import resolve
     from rlhfctl.trainer import role_groups, run_training
 
     spec = json.loads(spec_path.read_text())
     cfg = load_recipe(RECIPE, spec["overrides"])
     # Each pool reserves 1 CPU per process, so each process runs 1 torch thread (role_groups' rule).
-    threads = role_groups.cpu_threads_per_process(cfg, {role: cfg.roles[role] for role in present_roles(cfg)},
-                                                  str(cfg.roles.actor.pool))
+    threads = role_groups.cpu_threads_per_process(resolve(cfg), str(cfg.roles.actor.pool))
     clock = StepClock()
     started = time.perf_counter()
     run_training(cfg, clock)

@@ -72,13 +72,13 @@ def placement_overrides(placement: str, staleness: int) -> list[str]:
 def worker_threads(cfg: DictConfig) -> dict[str, dict[str, int | None]]:
     """Worker processes of each pool in use and the torch threads each runs, by the trainer's own rule."""
     from rlhfctl.recipe.pools import DRIVER_POOL
-    from rlhfctl.recipe.resolve import rollout_pool
+    from rlhfctl.recipe.resolved import resolve
     from rlhfctl.trainer import role_groups
 
-    roles = {role: cfg.roles[role] for role in present_roles(cfg)}
-    pools = ({str(role_cfg.pool) for role_cfg in roles.values()} | set(filter(None, [rollout_pool(cfg)]))) - {DRIVER_POOL}
-    return {pool: {"processes": int(cfg.resource_pools[pool].process_on_nodes[0]),
-                   "threads": role_groups.cpu_threads_per_process(cfg, roles, pool)} for pool in sorted(pools)}
+    recipe = resolve(cfg)
+    pools = ({spec.pool for spec in recipe.roles.values()} | set(filter(None, [recipe.rollout.pool]))) - {DRIVER_POOL}
+    return {pool: {"processes": int(recipe.resource_pools[pool].process_on_nodes[0]),
+                   "threads": role_groups.cpu_threads_per_process(recipe, pool)} for pool in sorted(pools)}
 
 
 def recipe(overrides: list[str], steps: int, warmup: int, out: str) -> DictConfig:

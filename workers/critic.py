@@ -18,7 +18,6 @@ from rlhfctl.engine.memory import StateObserver
 from rlhfctl.engine.micro_batches import loss_token_counts, scoring_slices
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.packing import packed_response_values
-from rlhfctl.recipe.sections import CRITIC_DEFAULTS, model_config, optim_config, role_config, rollout_config
 from workers.trainable import TrainableRoleWorker
 from rlhfctl.engine.training import allreduce_mean
 
@@ -56,10 +55,10 @@ class CriticWorker(TrainableRoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "critic") -> None:
         super().__init__(recipe, role)
-        self.config = role_config(self.recipe, self.role, CRITIC_DEFAULTS)
-        self.model_cfg = model_config(self.recipe, self.role, fallback="actor")
-        self.optim_cfg = optim_config(self.recipe, self.role)
-        self.rollout = rollout_config(self.recipe)
+        self.config = self.spec.settings
+        self.model_cfg = self.spec.model
+        self.optim_cfg = self.spec.optim
+        self.rollout = self.recipe.rollout.settings
         self.update_calls = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

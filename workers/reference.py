@@ -12,7 +12,6 @@ from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import scoring
 from rlhfctl.engine.log_probs import response_log_probs
 from rlhfctl.engine.offload import on_device
-from rlhfctl.recipe.sections import REFERENCE_DEFAULTS, model_config, role_config, rollout_config
 from workers.role import RoleWorker
 
 __all__ = ["ReferenceWorker"]
@@ -26,9 +25,9 @@ class ReferenceWorker(RoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "reference") -> None:
         super().__init__(recipe, role)
-        self.config = role_config(self.recipe, self.role, REFERENCE_DEFAULTS)
-        self.model_cfg = model_config(self.recipe, self.role, fallback="actor")
-        self.rollout = rollout_config(self.recipe)
+        self.config = self.spec.settings
+        self.model_cfg = self.spec.model
+        self.rollout = self.recipe.rollout.settings
         self.model: nn.Module | None = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -9,7 +9,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlhfctl.agents.trajectory import response_width
 from rlhfctl.algorithms.overlong import overlong_buffer_problem, overlong_penalty
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
@@ -19,13 +18,6 @@ from rlhfctl.engine.placement import forwards_are_collective, scoring
 from rlhfctl.engine.micro_batches import scoring_slices
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.packing import packed_sequence_scores
-from rlhfctl.recipe.sections import (
-    REWARD_DEFAULTS,
-    model_config,
-    role_config,
-    rollout_config,
-    section,
-)
 from rlhfctl.rewards.functions import (
     AGENT_METRIC_PREFIX,
     INTERNAL_COLUMNS,
@@ -71,17 +63,17 @@ class RewardWorker(RoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "reward") -> None:
         super().__init__(recipe, role)
-        self.config = role_config(self.recipe, self.role, REWARD_DEFAULTS)
+        self.config = self.spec.settings
         if self.config["on_error"] not in ON_ERROR_POLICIES:
             raise RecipeError(
                 f"roles.{self.role}.on_error must be one of {ON_ERROR_POLICIES}, got {self.config['on_error']!r}"
             )
-        self.overlong = {**REWARD_DEFAULTS["overlong_buffer"], **(self.config["overlong_buffer"] or {})}
-        self.max_new_tokens = response_width(rollout_config(self.recipe))  # the response's columns
+        self.overlong = dict(self.config.overlong_buffer)
+        self.max_new_tokens = self.recipe.rollout.response_width  # the response's columns
         problem = overlong_buffer_problem(self.overlong, self.max_new_tokens)
         if problem:
             raise RecipeError(problem, "roles.reward.overlong_buffer.len", "out_of_range")
-        self.function_kwargs = dict(self.config["function_kwargs"] or {})
+        self.function_kwargs = dict(self.config.function_kwargs)
         self.score_names: list[str] = []  # the named scores the function last returned (for a batch that all fails)
         self.function: Callable[..., Any] | None = None
         self.function_name = ""
@@ -101,7 +93,7 @@ class RewardWorker(RoleWorker):
         elif self.config.get("model"):
             self._load_model()
         else:
-            task = section(self.recipe, "data").get("task")
+            task = self.recipe.data.task
             if not task:
                 raise RewardFunctionError(
                     f"roles.{self.role} needs 'function' ('module:function' or 'path/to/file.py:function') "
@@ -116,7 +108,7 @@ class RewardWorker(RoleWorker):
     def _load_model(self) -> None:
         from rlhfctl.models.loading import load_sequence_classifier, load_tokenizer
 
-        model_cfg = model_config(self.recipe, self.role)
+        model_cfg = self.spec.model
         trust = bool(model_cfg["trust_remote_code"])
         self.model_tokenizer = load_tokenizer(model_cfg, trust_remote_code=trust)
         self.model_tokenizer.padding_side = "right"
@@ -136,7 +128,7 @@ class RewardWorker(RoleWorker):
         if self.tokenizer is None:
             from rlhfctl.models.loading import load_tokenizer
 
-            actor_model = model_config(self.recipe, "actor")
+            actor_model = self.recipe.role("actor").model
             self.tokenizer = load_tokenizer(actor_model, trust_remote_code=bool(actor_model["trust_remote_code"]))
         return self.tokenizer
 

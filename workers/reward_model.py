@@ -25,7 +25,6 @@ from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import serving
 from rlhfctl.engine.packing import packed_sequence_scores
 from rlhfctl.engine.offload import on_device
-from rlhfctl.recipe.sections import model_config, optim_config, section
 from workers.trainable import TrainableRoleWorker
 from rlhfctl.engine.training import allreduce_mean
 
@@ -70,10 +69,9 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "reward") -> None:
         super().__init__(recipe, role)
-        self.model_cfg = model_config(self.recipe, self.role)
-        self.optim_cfg = optim_config(self.recipe, self.role)
-        margin = section(self.recipe, "algorithm").get("margin")
-        self.margin = float(margin) if margin is not None else 0.0
+        self.model_cfg = self.spec.model
+        self.optim_cfg = self.spec.optim
+        self.margin = float(self.recipe.algorithm.margin)
         self.update_calls = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

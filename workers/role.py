@@ -12,7 +12,9 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Worker
 from rlhfctl.engine.placement import EngineSettings, engine_settings, materialize
 from rlhfctl.engine.packing import use_padding_free
-from rlhfctl.recipe.sections import plain, section, trainer_config, uses_gpu
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.resolved import resolve_mapping
+from rlhfctl.recipe.specs import Recipe, RoleSpec
 from rlhfctl.engine.seeding import derive_seed, seed_everything
 
 __all__ = ["RoleWorker"]
@@ -21,22 +23,31 @@ __all__ = ["RoleWorker"]
 class RoleWorker(Worker):
     """Base of the built-in role workers: constructed as ``Cls(recipe, role)``.
 
-    ``recipe`` is the whole resolved recipe as a plain dict; the worker reads ``recipe["roles"][role]``
-    plus the shared sections it needs. Models are built later, in ``init_model``.
+    ``recipe`` is the resolved :class:`~rlhfctl.recipe.specs.Recipe` (plain recipe data is resolved here, for
+    tests and scripts); the worker reads its role's :class:`~rlhfctl.recipe.specs.RoleSpec` (``self.spec``) and
+    the shared sections it needs. Models are built later, in ``init_model``.
     """
 
     default_role = "worker"
 
-    def __init__(self, recipe: Mapping[str, Any], role: str | None = None) -> None:
+    def __init__(self, recipe: Recipe | Mapping[str, Any], role: str | None = None) -> None:
         super().__init__()
-        if not isinstance(recipe, Mapping):
-            raise TypeError(f"{type(self).__name__} takes the recipe as a mapping, got {type(recipe).__name__}")
-        self.recipe: dict[str, Any] = plain(recipe)
+        if not isinstance(recipe, (Recipe, Mapping)):
+            raise TypeError(f"{type(self).__name__} takes the resolved Recipe (or recipe data), got {type(recipe).__name__}")
+        self.recipe: Recipe = recipe if isinstance(recipe, Recipe) else resolve_mapping(recipe)
         self.role = role or self.default_role
-        self.seed = int(trainer_config(self.recipe)["seed"])
-        self.device = torch.device("cuda") if uses_gpu(self.recipe, self.role) else torch.device("cpu")
+        self.spec: RoleSpec | None = self.recipe.roles.get(self.role)
+        self.seed = int(self.recipe.trainer.seed)
+        self.device = torch.device("cuda") if self._uses_gpu() else torch.device("cpu")
         self.tokenizer: Any = None
         self.engine: EngineSettings | None = None
+
+    def _uses_gpu(self) -> bool:
+        """Whether this role's pool reserves GPUs (the rollout group's pool is ``rollout.pool``)."""
+        if self.spec is not None:
+            return self.spec.use_gpu
+        pool = self.recipe.pools.get(self.recipe.rollout.pool or "") if self.role == ROLLOUT_ROLE else None
+        return bool(pool is not None and pool.use_gpu)
 
     def _place_model(
         self, build: Callable[[Mapping[str, Any]], nn.Module], model_cfg: Mapping[str, Any], *, trainable: bool
@@ -63,12 +74,12 @@ class RoleWorker(Worker):
 
     def padding_free(self, model: torch.nn.Module) -> bool:
         """Whether ``model`` runs micro-batches packed: ``roles.<role>.padding_free`` (null: where it can)."""
-        setting = section(self.recipe, "roles", self.role).get("padding_free")
+        setting = self.spec.settings.get("padding_free") if self.spec is not None else None
         return use_padding_free(setting, model, f"roles.{self.role}.padding_free")
 
     def micro_batch_tokens(self) -> int | None:
         """``roles.<role>.micro_batch_tokens``: the token budget of a training micro-batch (null: by rows)."""
-        value = section(self.recipe, "roles", self.role).get("micro_batch_tokens")
+        value = self.spec.settings.get("micro_batch_tokens") if self.spec is not None else None
         return int(value) if value else None
 
     def _require_model(self, attribute: str = "model") -> None:

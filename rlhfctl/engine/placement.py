@@ -43,11 +43,12 @@ from rlhfctl.models.loading import cast_parameters, resolve_dtype, trained_leave
 from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home of the strategy default
 from rlhfctl.single_controller import register_dispatch_mode
 from rlhfctl.single_controller.worker import free_port
-from rlhfctl.recipe.sections import section
+from rlhfctl.recipe.resolved import resolve_mapping
+from rlhfctl.recipe.schema import FsdpConfig
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.engine.sharded_load import NotShardable, ShardedLoad, checkpoint_directory, parameters_on_meta
 
 __all__ = [
-    "FSDP_DEFAULTS",
     "ONE_TO_ALL_FIRST",
     "STRATEGIES",
     "EngineSettings",
@@ -68,11 +69,6 @@ __all__ = [
     "serving",
     "shard_model",
 ]
-
-FSDP_DEFAULTS: dict[str, Any] = {
-    "reshard_after_forward": True, "cpu_offload": False, "param_offload": False, "optimizer_offload": False,
-}
-
 
 def _same_args(group: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     return tuple([arg] * group.world_size for arg in args), {key: [value] * group.world_size for key, value in kwargs.items()}
@@ -110,21 +106,23 @@ class EngineSettings:
 
 
 def engine_settings(
-    recipe: Mapping[str, Any], role: str, model_dtype: Any, world_size: int, *, trainable: bool
+    recipe: Recipe | Mapping[str, Any], role: str, model_dtype: Any, world_size: int, *, trainable: bool
 ) -> EngineSettings:
-    """Read ``roles.<role>.strategy`` and ``roles.<role>.fsdp`` with their defaults."""
-    role_section = section(recipe, "roles", role)
-    fsdp = {**FSDP_DEFAULTS, **{k: v for k, v in section(recipe, "roles", role, "fsdp").items() if v is not None}}
+    """``roles.<role>.strategy`` (null: by the ranks the role really has) and ``roles.<role>.fsdp``, from the resolved
+    recipe (plain recipe data is resolved first); a role without a section (the rollout group) takes the defaults."""
+    resolved = recipe if isinstance(recipe, Recipe) else resolve_mapping(recipe)
+    spec = resolved.roles.get(role)
+    fsdp = spec.settings.fsdp if spec is not None else FsdpConfig()
     dtype = resolve_dtype(model_dtype)
     compute = dtype if isinstance(dtype, torch.dtype) else torch.float32
     return EngineSettings(
-        strategy=resolve_strategy(role_section.get("strategy"), world_size),
+        strategy=resolve_strategy(spec.settings.get("strategy") if spec is not None else None, world_size),
         compute_dtype=compute,
         trainable=trainable,
-        reshard_after_forward=bool(fsdp["reshard_after_forward"]),
-        cpu_offload=bool(fsdp["cpu_offload"]),
-        param_offload=bool(fsdp["param_offload"]),
-        optimizer_offload=bool(fsdp["optimizer_offload"]),
+        reshard_after_forward=bool(fsdp.reshard_after_forward),
+        cpu_offload=bool(fsdp.cpu_offload),
+        param_offload=bool(fsdp.param_offload),
+        optimizer_offload=bool(fsdp.optimizer_offload),
     )
 
 

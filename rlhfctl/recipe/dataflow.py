@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, EffectiveRecipe, needs_old_log_probs, resolve, rollout_pool
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, needs_old_log_probs, rollout_pool, step_facts
+from rlhfctl.recipe.specs import StepFacts
 
 __all__ = ["StepCall", "TensorSpec", "needs_old_log_probs", "resolve_dims", "training_step"]
 
@@ -66,7 +67,7 @@ def _f(name: str) -> TensorSpec:
     return _t(name, "rows response_len", "float32")
 
 
-def _scoring(step: EffectiveRecipe) -> list[StepCall]:
+def _scoring(step: StepFacts) -> list[StepCall]:
     """Reward, reference log-probs and values: independent calls the trainer keeps in flight together."""
     calls = [StepCall("reward", "compute_rewards", "score the responses", "samples",
                       (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK),
@@ -81,7 +82,7 @@ def _scoring(step: EffectiveRecipe) -> list[StepCall]:
     return calls
 
 
-def _driver(cfg: Any, step: EffectiveRecipe) -> list[StepCall]:
+def _driver(cfg: Any, step: StepFacts) -> list[StepCall]:
     """KL-shaped rewards (optional) and advantages, computed on the driver."""
     kl = cfg.algorithm.kl
     calls = []
@@ -96,7 +97,7 @@ def _driver(cfg: Any, step: EffectiveRecipe) -> list[StepCall]:
     return calls
 
 
-def _actor_update(step: EffectiveRecipe, vllm: bool, separate: bool) -> StepCall:
+def _actor_update(step: StepFacts, vllm: bool, separate: bool) -> StepCall:
     """The policy update, with the optional inputs this recipe gives it (the engine's log-probs with vllm or a
     rollout group of its own)."""
     actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
@@ -119,9 +120,9 @@ def training_step(cfg: Any) -> list[StepCall]:
     """The calls of one training step for this recipe, in the order the trainer makes them.
 
     The conditions (which roles score, whether there is an old-log-prob pass, ...) are the
-    :class:`~rlhfctl.recipe.resolve.EffectiveRecipe` fields the trainer reads too.
+    :class:`~rlhfctl.recipe.specs.StepFacts` fields the trainer reads too.
     """
-    step = resolve(cfg)
+    step = step_facts(cfg)
     n = int(cfg.rollout.n)
     generated = (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK,
                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),

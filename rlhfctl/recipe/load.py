@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.field_checks import check_fields, check_layer
-from rlhfctl.recipe.schema import Recipe
+from rlhfctl.recipe.schema import RecipeSchema
 from rlhfctl.recipe.typespec import ROOT, locate
 
 __all__ = ["Override", "apply_override", "load_recipe", "parse_override", "read_recipe_file", "recipe_from_dict"]
@@ -37,7 +37,7 @@ def _wrap(error: OmegaConfBaseException, what: str) -> RecipeError:
 @functools.lru_cache(maxsize=1)
 def _schema() -> DictConfig:
     """The structured schema with its defaults (built once; callers get copies)."""
-    return OmegaConf.structured(Recipe)
+    return OmegaConf.structured(RecipeSchema)
 
 
 def _required_markers(value: Any, parts: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -49,17 +49,22 @@ def _required_markers(value: Any, parts: tuple[str, ...] = ()) -> list[tuple[str
     return []
 
 
-def recipe_from_dict(data: dict, overrides: Sequence[str] = ()) -> DictConfig:
-    """Merge plain recipe data and overrides over the schema; check and resolve; raise RecipeError."""
+def merged_over_schema(data: dict) -> DictConfig:
+    """Plain recipe data merged over the schema's defaults (types checked, nothing else); raise RecipeError."""
     check_layer(data, ROOT)
-    required = _required_markers(data)
     base = copy.deepcopy(_schema())
     if isinstance(data.get("resource_pools"), dict):
         base.resource_pools = {}  # a recipe that lists its pools replaces the default 'main'
     try:
-        cfg: DictConfig = OmegaConf.merge(base, data)  # type: ignore[assignment]
+        return OmegaConf.merge(base, data)  # type: ignore[return-value]
     except OmegaConfBaseException as error:
         raise _wrap(error, "in the recipe") from None
+
+
+def recipe_from_dict(data: dict, overrides: Sequence[str] = ()) -> DictConfig:
+    """Merge plain recipe data and overrides over the schema; check and resolve; raise RecipeError."""
+    required = _required_markers(data)
+    cfg = merged_over_schema(data)
     for text in overrides:
         override = parse_override(text)
         required = [p for p in required if p[: len(override.parts)] != override.parts]

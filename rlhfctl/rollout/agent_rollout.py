@@ -35,6 +35,7 @@ from rlhfctl.agents.loop import AgentContext, AgentSample
 from rlhfctl.agents.tool_registry import agent_loop_class, build_tools, environment_spec
 from rlhfctl.agents.trajectory import Trajectory
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.schema import MultiTurnConfig, defaults_of, nullable_keys
 from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 
 __all__ = ["AgentRollout", "agent_rollout_enabled", "agent_rollout_for", "hf_batch_generate", "multi_turn_settings", "run_coroutine"]
@@ -103,12 +104,9 @@ def run_coroutine(coroutine: Any) -> Any:
 
 def multi_turn_settings(rollout: Mapping[str, Any]) -> dict[str, Any]:
     """``rollout.multi_turn`` with its schema defaults."""
-    from rlhfctl.recipe import schema
-    from rlhfctl.recipe.sections import SectionDefaults
-
-    defaults = SectionDefaults(schema.MultiTurnConfig)
+    defaults, nullable = defaults_of(MultiTurnConfig), nullable_keys(MultiTurnConfig)
     given = dict(rollout.get("multi_turn") or {})
-    return {**defaults, **{key: value for key, value in given.items() if value is not None or key in defaults.nullable}}
+    return {**defaults, **{key: value for key, value in given.items() if value is not None or key in nullable}}
 
 
 def agent_rollout_enabled(rollout: Mapping[str, Any]) -> bool:

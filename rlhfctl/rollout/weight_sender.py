@@ -11,7 +11,6 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.single_controller.worker import free_port, node_ip_address
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
-from rlhfctl.recipe.sections import trainer_config
 from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel, bucketed
 
 __all__ = ["WeightSender"]
@@ -31,7 +30,7 @@ class WeightSender:
     def join_weight_sync(self, address: SyncAddress) -> None:
         """Rank 0 joins the channel as its sender (the other ranks only gather during a send)."""
         if self.rank == 0:
-            timeout = float(trainer_config(self.recipe)["call_timeout_s"])
+            timeout = float(self.recipe.trainer.call_timeout_s)
             self.weight_channel = WeightChannel(address, 0, self.device, timeout)
 
     @register(dispatch_mode=ONE_TO_ALL_FIRST)

@@ -19,7 +19,8 @@ from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_ad
 from rlhfctl.data.errors import DataConfigError
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, resolve
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.single_controller.futures import union_pending
@@ -72,11 +73,12 @@ class PPOTrainer(TrainerBase):
         self.batcher = make_batcher(self.train_data, cfg)
         kl = cfg.algorithm.kl
         self.kl_controller = build_kl_controller(kl.controller, kl.coef, kl.target, kl.horizon)
-        self.groups = groups or build_role_groups(cfg, call_timeout_s=cfg.trainer.call_timeout_s)
+        self.recipe = resolve(cfg)  # typed and sealed: what the workers are built from
+        self.groups = groups or build_role_groups(self.recipe, call_timeout_s=cfg.trainer.call_timeout_s)
         self.actor = self.groups["actor"]
         self.reward = self.groups["reward"]
         self.critic = self.groups.get("critic")
-        self.effective = resolve(cfg)  # the recipe's fallbacks and derived values (validate shows the same)
+        self.effective = self.recipe.step  # the recipe's fallbacks and derived values (validate shows the same)
         self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
         # rollout.placement: separate puts generation on a group of its own, up to trainer.max_staleness steps ahead.
         rollout_group = self.groups.get(ROLLOUT_ROLE)

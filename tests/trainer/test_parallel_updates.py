@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlhfctl.recipe import load_recipe
-from rlhfctl.recipe.resolve import resolve
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.trainer import ppo_trainer, run_training
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -37,11 +37,15 @@ def overlapping_steps(spans: list[dict]) -> int:
 @pytest.mark.slow
 def test_updates_on_separate_pools_overlap_and_give_the_sequential_numbers(ray_session, tmp_path, monkeypatch):
     cfg = load_recipe(RECIPES / "ppo-gae.yaml", TINY_GAE)
-    assert resolve(cfg).parallel_updates
-    assert not resolve(load_recipe(RECIPES / "ppo-gae.yaml", [*TINY_GAE, "roles.critic.pool=policy"])).parallel_updates
+    assert resolve(cfg).step.parallel_updates
+    assert not resolve(load_recipe(RECIPES / "ppo-gae.yaml", [*TINY_GAE, "roles.critic.pool=policy"])).step.parallel_updates
 
     together, together_spans = train(tmp_path / "together")
-    monkeypatch.setattr(ppo_trainer, "resolve", lambda cfg: dataclasses.replace(resolve(cfg), parallel_updates=False))
+    def in_turn_recipe(cfg):
+        recipe = resolve(cfg)
+        return dataclasses.replace(recipe, step=dataclasses.replace(recipe.step, parallel_updates=False))
+
+    monkeypatch.setattr(ppo_trainer, "resolve", in_turn_recipe)
     in_turn, in_turn_spans = train(tmp_path / "in_turn")
 
     assert {e["pid"] for e in together_spans if e["name"] == "actor.update_actor"}.isdisjoint(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlhfctl.recipe import load_recipe
-from rlhfctl.recipe.resolve import present_roles
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.single_controller.host import torch_threads_for
 from rlhfctl.trainer.role_groups import cpu_threads_per_process
 
@@ -15,7 +15,7 @@ SEPARATE = ["resource_pools.gen={process_on_nodes: [2], use_gpu: false}", "rollo
 
 def _threads(pool: str, *overrides: str) -> int | None:
     cfg = load_recipe(QUICKSTART, list(overrides))
-    return cpu_threads_per_process(cfg, {role: cfg.roles[role] for role in present_roles(cfg)}, pool)
+    return cpu_threads_per_process(resolve(cfg), pool)
 
 
 def test_a_pool_reserving_whole_cpus_per_process_runs_that_many_threads():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -13,52 +15,49 @@ from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.schema import ActorRole, CriticRole, ReferenceRole, RewardRole
 from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
-from rlhfctl.recipe.sections import (
-    ACTOR_DEFAULTS,
-    DEFAULT_INLINE_MODEL,
-    kl_config,
-    model_config,
-    optim_config,
-    role_config,
-    samples_per_rank,
-    uses_gpu,
-)
+from rlhfctl.recipe.resolve import samples_per_rank
+from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL, resolve_mapping
 from rlhfctl.engine.training import LRSchedule, build_optimizer
 
 
 def test_missing_and_null_keys_take_defaults_and_trainer_fallbacks():
-    recipe = tiny_recipe(trainer={"ppo_epochs": 3, "mini_batch_size": 8}, roles={"actor": {"clip_ratio_high": 0.28}})
-    actor = role_config(recipe, "actor", ACTOR_DEFAULTS)
+    recipe = resolve_mapping(tiny_recipe(trainer={"ppo_epochs": 3, "mini_batch_size": 8}, roles={"actor": {"clip_ratio_high": 0.28}}))
+    actor = recipe.role("actor").settings
     assert actor["ppo_epochs"] == 3 and actor["mini_batch_size"] == 8
     assert actor["clip_ratio_high"] == 0.28 and actor["clip_ratio_low"] == 0.2 and actor["lora"] is None
-    optim = optim_config(recipe, "actor")
+    optim = recipe.role("actor").optim
     assert optim["lr"] == 1e-2 and optim["betas"] == [0.9, 0.999] and optim["lr_schedule"] == "constant"
-    assert kl_config({"algorithm": {"kl": {"kind": "k1"}}})["loss_kind"] == "k1"
+    assert resolve_mapping({}).algorithm.kl.loss_kind == "k3"
+    with pytest.raises(dataclasses.FrozenInstanceError, match="read-only"):
+        actor.ppo_epochs = 1
+    with pytest.raises(TypeError, match="read-only"):
+        optim["betas"].append(0.5)
 
 
 def test_the_critics_own_warmup_replaces_its_optimizers_when_positive():
     """roles.critic.warmup_steps (schema: "when > 0 it replaces optim.warmup_steps") reaches the critic's schedule."""
-    assert optim_config(tiny_recipe(roles={"critic": {"warmup_steps": 3, "optim": {"warmup_steps": 1}}}), "critic")["warmup_steps"] == 3
-    assert optim_config(tiny_recipe(roles={"critic": {"warmup_steps": 0, "optim": {"warmup_steps": 1}}}), "critic")["warmup_steps"] == 1
-    assert optim_config(tiny_recipe(roles={"actor": {"optim": {"warmup_steps": 2}}}), "actor")["warmup_steps"] == 2
+    def optim(roles, role):
+        return resolve_mapping(tiny_recipe(roles=roles)).role(role).optim
+
+    assert optim({"critic": {"warmup_steps": 3, "optim": {"warmup_steps": 1}}}, "critic")["warmup_steps"] == 3
+    assert optim({"critic": {"warmup_steps": 0, "optim": {"warmup_steps": 1}}}, "critic")["warmup_steps"] == 1
+    assert optim({"actor": {"optim": {"warmup_steps": 2}}}, "actor")["warmup_steps"] == 2
 
 
 def test_reference_and_critic_fall_back_to_the_actor_model():
-    recipe = tiny_recipe()
-    assert model_config(recipe, "reference", fallback="actor")["config"] == TINY_MODEL["config"]
-    assert model_config(recipe, "critic", fallback="actor")["dtype"] == "float32"
-    own = tiny_recipe(roles={"critic": {"model": {"path": "/some/dir"}}})
-    assert model_config(own, "critic", fallback="actor")["path"] == "/some/dir"
-    assert model_config({}, "actor")["config"] == DEFAULT_INLINE_MODEL
+    recipe = resolve_mapping(tiny_recipe(roles={"critic": {}}))
+    assert recipe.role("reference").model["config"] == TINY_MODEL["config"]
+    assert recipe.role("critic").model["dtype"] == "float32"
+    own = resolve_mapping(tiny_recipe(roles={"critic": {"model": {"path": "/some/dir"}}}))
+    assert own.role("critic").model["path"] == "/some/dir"
+    assert resolve_mapping({}).role("actor").model["config"] == DEFAULT_INLINE_MODEL
 
 
 def test_gpu_use_follows_the_role_pool():
     pools = {"resource_pools": {"gpu": {"use_gpu": True}, "cpu": {"use_gpu": False}}}
-    assert uses_gpu({**pools, "roles": {"actor": {"pool": "gpu"}}}, "actor")
-    assert not uses_gpu({**pools, "roles": {"reward": {"pool": "cpu"}}}, "reward")
-    assert not uses_gpu(tiny_recipe(), "actor")
-    with pytest.raises(ValueError, match="names resource pool 'nope'"):
-        uses_gpu({**pools, "roles": {"actor": {"pool": "nope"}}}, "actor")
+    assert resolve_mapping({**pools, "roles": {"actor": {"pool": "gpu"}}}).role("actor").use_gpu
+    assert not resolve_mapping({**pools, "roles": {"reward": {"pool": "cpu"}}}).role("reward").use_gpu
+    assert not resolve_mapping(tiny_recipe()).role("actor").use_gpu
 
 
 def test_per_rank_mini_batch_is_prompts_times_n_over_world_size():
@@ -95,7 +94,7 @@ def test_lr_schedules():
 
 def test_optimizer_is_fused_adamw_with_the_recipe_settings_and_steps_like_the_plain_one():
     recipe = tiny_recipe(roles={"actor": {"optim": {"lr": 0.01, "weight_decay": 0.1, "betas": [0.8, 0.9]}}})
-    optim = optim_config(recipe, "actor")
+    optim = resolve_mapping(recipe).role("actor").optim
     torch.manual_seed(0)
     fused_model, plain_model = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
     plain_model.load_state_dict(fused_model.state_dict())

@@ -1,0 +1,163 @@
+"""Resolve a recipe once: the OmegaConf tree a user writes and overrides becomes the typed, sealed
+:class:`~rlhfctl.recipe.specs.Recipe` that validate, the trainer and the workers read.
+
+The rules each value follows live in :mod:`rlhfctl.recipe.resolve`; this module applies them all, in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlhfctl.agents.trajectory import response_width
+from rlhfctl.recipe.load import merged_over_schema
+from rlhfctl.recipe.pools import PoolInfo, resolve_pools
+from rlhfctl.recipe.resolve import (
+    TRAINER_FALLBACKS,
+    UPDATING_ROLES,
+    present_roles,
+    resolve_strategy,
+    role_setting,
+    rollout_on_own_pool,
+    step_facts,
+    warmup_steps,
+)
+from rlhfctl.recipe.schema import FrozenDict, ModelConfig, RecipeSchema, Section, nullable_keys, sealed
+from rlhfctl.recipe.specs import Recipe, RoleSpec, RoleUpdate, RolloutSpec
+from rlhfctl.recipe.stages import is_stage
+
+__all__ = ["DEFAULT_INLINE_MODEL", "MODEL_FALLBACKS", "resolve", "resolve_mapping"]
+
+
+#: The inline architecture of a role that gives neither ``model.path`` nor ``model.config``.
+DEFAULT_INLINE_MODEL: dict[str, Any] = {
+    "model_type": "qwen2",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 128,
+    "max_position_embeddings": 512,
+}
+
+#: Roles whose null ``model`` means the actor's (the critic adds a value head to it).
+MODEL_FALLBACKS: dict[str, str] = {"reference": "actor", "critic": "actor"}
+
+
+def resolve(cfg: Any) -> Recipe:
+    """The resolved recipe of a loaded recipe (an OmegaConf tree, checked): typed, sealed, every fallback decided.
+
+    Called once, where a recipe is loaded; validate, the trainer and the workers read what it returns.
+    """
+    sections: RecipeSchema = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg  # type: ignore[assignment]
+    pools = resolve_pools(cfg, strict=False)
+    roles = {name: _role_spec(sections, name, pools) for name in present_roles(cfg)}
+    stage = str(sections.algorithm.name) if is_stage(cfg) else None
+    recipe = Recipe(
+        sections=sections,
+        roles=FrozenDict(roles),
+        rollout=_rollout_spec(sections),
+        pools=FrozenDict(pools),
+        step=step_facts(cfg),
+        stage=stage,
+    )
+    sections.seal()
+    for spec in roles.values():
+        sealed(spec.settings), sealed(spec.model), sealed(spec.optim)
+    return recipe
+
+
+def resolve_mapping(data: Mapping[str, Any]) -> Recipe:
+    """The resolved recipe of plain recipe data (a test's or a script's dict, maybe partial): the schema's defaults,
+    then :func:`resolve`. Only types are checked; ``validate`` checks whole recipes."""
+    cfg = merged_over_schema(_plain(data, RecipeSchema))
+    OmegaConf.resolve(cfg)
+    return resolve(cfg)
+
+
+def _plain(value: Any, schema: Any = None) -> Any:
+    """``value`` as plain dicts and lists; under a schema section, a null where the schema allows none is dropped
+    (that key takes its default, as a partial recipe means)."""
+    if isinstance(value, Mapping):
+        hints = typing.get_type_hints(schema) if isinstance(schema, type) and issubclass(schema, Section) else {}
+        nullable = nullable_keys(schema) if hints else frozenset()
+        return {str(key): _plain(item, _section_type(hints.get(str(key)))) for key, item in value.items()
+                if not (hints and item is None and str(key) in hints and str(key) not in nullable)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _section_type(hint: Any) -> Any:
+    """The schema section a field holds (``Optional[ActorRole]`` -> ActorRole), else None."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, Section):
+            return candidate
+    return None
+
+
+def _role_spec(sections: RecipeSchema, name: str, pools: Mapping[str, PoolInfo]) -> RoleSpec:
+    section = getattr(sections.roles, name)
+    trainer = sections.trainer
+    fallbacks = {key: role_setting(section, trainer, key) for key in TRAINER_FALLBACKS if key in section}
+    settings = dataclasses.replace(section, **fallbacks) if fallbacks else section
+    model = section.get("model")
+    if model is None and name in MODEL_FALLBACKS:
+        model = getattr(sections.roles, MODEL_FALLBACKS[name]).model
+    if model is None and name == "reward" and str(sections.algorithm.name) == "reward_model":
+        model = ModelConfig()  # the reward model being trained: the default inline architecture below
+    if model is not None and model.path in (None, "") and model.config is None:
+        model = dataclasses.replace(model, config=dict(DEFAULT_INLINE_MODEL))
+    optim = section.get("optim")
+    if optim is not None:
+        optim = dataclasses.replace(optim, warmup_steps=warmup_steps(section, optim))
+    pool = str(section.pool)
+    info = pools.get(pool)
+    world = None if info is None or info.in_driver else info.world_size
+    updating = name in UPDATING_ROLES
+    return RoleSpec(
+        name=name,
+        settings=settings,
+        worker=str(section.worker),
+        pool=pool,
+        use_gpu=bool(info.use_gpu) if info is not None else False,
+        world_size=world,
+        strategy=None if world is None else resolve_strategy(section.get("strategy"), world),
+        model=model,
+        optim=optim,
+        update=_role_update(sections, name, settings) if updating else None,
+    )
+
+
+def _role_update(sections: RecipeSchema, name: str, settings: Any) -> RoleUpdate:
+    micro = settings.get("micro_batch_size")
+    own = getattr(sections.roles, name).get("mini_batch_size")
+    return RoleUpdate(
+        role=name,
+        ppo_epochs=int(settings.ppo_epochs),
+        mini_batch_size=int(settings.mini_batch_size),
+        micro_batch_size=None if micro is None else int(micro),
+        mini_batch_key=f"roles.{name}.mini_batch_size" if own is not None else "trainer.mini_batch_size",
+    )
+
+
+def _rollout_spec(sections: RecipeSchema) -> RolloutSpec:
+    rollout = sections.rollout
+    own_pool = rollout_on_own_pool(rollout)
+    return RolloutSpec(
+        settings=rollout,
+        placement=str(rollout.placement),
+        on_own_pool=own_pool,
+        pool=str(rollout.pool) if own_pool and rollout.pool is not None else None,
+        engine=str(rollout.engine),
+        worker=str(rollout.worker),
+        vllm=rollout.vllm,
+        multi_turn=rollout.multi_turn,
+        agent=bool(rollout.multi_turn.enable),
+        response_width=response_width(rollout),
+        sync_every=int(rollout.sync_every),
+        max_staleness=int(sections.trainer.max_staleness),
+    )
