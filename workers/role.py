@@ -34,8 +34,8 @@ class RoleWorker(Worker):
         super().__init__()
         if not isinstance(recipe, (Recipe, Mapping)):
             raise TypeError(f"{type(self).__name__} takes the resolved Recipe (or recipe data), got {type(recipe).__name__}")
-        self.recipe: Recipe = recipe if isinstance(recipe, Recipe) else resolve_mapping(recipe)
         self.role = role or self.default_role
+        self.recipe: Recipe = recipe if isinstance(recipe, Recipe) else resolve_mapping(recipe, self.role)
         self.spec: RoleSpec | None = self.recipe.roles.get(self.role)
         self.seed = int(self.recipe.trainer.seed)
         self.device = torch.device("cuda") if self._uses_gpu() else torch.device("cpu")

@@ -26,7 +26,7 @@ from rlhfctl.recipe.resolve import (
     step_facts,
     warmup_steps,
 )
-from rlhfctl.recipe.schema import FrozenDict, ModelConfig, RecipeSchema, Section, nullable_keys, sealed
+from rlhfctl.recipe.schema import ROLE_NAMES, FrozenDict, ModelConfig, RecipeSchema, Section, nullable_keys, sealed
 from rlhfctl.recipe.specs import Recipe, RoleSpec, RoleUpdate, RolloutSpec
 from rlhfctl.recipe.stages import is_stage
 
@@ -70,10 +70,13 @@ def resolve(cfg: Any) -> Recipe:
     return recipe
 
 
-def resolve_mapping(data: Mapping[str, Any]) -> Recipe:
+def resolve_mapping(data: Mapping[str, Any], role: str | None = None) -> Recipe:
     """The resolved recipe of plain recipe data (a test's or a script's dict, maybe partial): the schema's defaults,
     then :func:`resolve`. Only types are checked; ``validate`` checks whole recipes."""
-    cfg = merged_over_schema(_plain(data, RecipeSchema))
+    plain = _plain(data, RecipeSchema)
+    if role in ROLE_NAMES and (plain.get("roles") or {}).get(role) is None:  # a worker built for a role the data leaves out
+        plain.setdefault("roles", {})[role] = {}
+    cfg = merged_over_schema(plain)
     OmegaConf.resolve(cfg)
     return resolve(cfg)
 
