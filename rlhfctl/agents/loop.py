@@ -51,11 +51,11 @@ class AgentContext:
 
     @property
     def max_turns(self) -> int:
-        return int(self.settings.get("max_turns") or 1)
+        return int(self.settings["max_turns"])
 
     @property
     def timeout_s(self) -> float:
-        return float(self.settings.get("tool_timeout_s") or 10.0)
+        return float(self.settings["tool_timeout_s"])
 
     def decode(self, token_ids: list[int]) -> str:
         """An assistant turn's text: its tokens decoded without special tokens (tool-call tags such as
@@ -113,7 +113,7 @@ class ToolAgentLoop(AgentLoop):
         context = self.context
         trajectory = self.new_trajectory(sample)
         trajectory.reward_extra["tool_rewards"] = 0.0
-        parse = tool_call_parser(str(context.settings.get("format") or "hermes"))
+        parse = tool_call_parser(str(context.settings["format"]))
         tools = dict(context.tools)
         await asyncio.gather(*(tool.create(sample.instance_id, **sample.columns) for tool in tools.values()))
         try:

@@ -23,10 +23,8 @@ __all__ = ["Trajectory", "response_width"]
 def response_width(rollout: Mapping[str, Any]) -> int:
     """The response columns of a rollout batch: ``multi_turn.max_response_tokens`` for agent rollouts,
     else ``max_new_tokens`` (the one home of that rule)."""
-    multi_turn = rollout.get("multi_turn") or {}
-    if multi_turn.get("enable"):
-        return int(multi_turn.get("max_response_tokens") or 256)
-    return int(rollout["max_new_tokens"])
+    multi_turn = rollout["multi_turn"]
+    return int(multi_turn["max_response_tokens"] if multi_turn["enable"] else rollout["max_new_tokens"])
 
 
 @dataclass
