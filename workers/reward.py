@@ -13,13 +13,12 @@ from rlhfctl.algorithms.overlong import overlong_buffer_problem, overlong_penalt
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, rank_progress, register
-from rlhfctl.tasks.reward_fn import NAMED_SCORE_PREFIX, named_score_column
+from rlhfctl.tasks.reward_fn import named_score_column
 from rlhfctl.engine.placement import forwards_are_collective, scoring
 from rlhfctl.engine.micro_batches import scoring_slices
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.packing import packed_sequence_scores
 from rlhfctl.rewards.functions import (
-    AGENT_METRIC_PREFIX,
     INTERNAL_COLUMNS,
     is_internal_column,
     CONVERSATION_COLUMNS,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig
 
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.run_signals import stop_requested
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
@@ -106,12 +106,12 @@ class Rollouts:
     made, and would wait for the rollout.
     """
 
-    def __init__(self, cfg: DictConfig, batcher: Any, tokenizer: Any, actor: WorkerGroup, reward: WorkerGroup,
+    def __init__(self, recipe: Recipe, batcher: Any, tokenizer: Any, actor: WorkerGroup, reward: WorkerGroup,
                  critic: WorkerGroup | None, reference: WorkerGroup | None) -> None:
-        self.trainer_cfg = cfg.trainer
+        self.trainer_cfg = recipe.trainer
         self.batcher, self.tokenizer = batcher, tokenizer
         self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
-        self.group_filter = GroupFilterSettings.from_recipe(cfg, tokenizer.pad_token_id)
+        self.group_filter = GroupFilterSettings.from_recipe(recipe, tokenizer.pad_token_id)
         self._ahead: Rollout | FilteredRollout | None = None
         # Each draw of prompts is numbered, and the number seeds its generation (rlhfctl.engine.seeding.generation_seed_parts):
         # a resumed run draws the same samples whatever the actor's ranks ran after the checkpoint. None: a checkpoint
@@ -148,10 +148,10 @@ class Rollouts:
         work then overlaps generation. Not after steps that save or validate (those calls must come
         first), nor at the last step, nor on the local backend (its calls run as they are sent).
         """
-        cfg = self.trainer_cfg
-        if not cfg.overlap_rollout or self.actor.backend != "ray" or step >= cfg.total_steps or stop_requested():
+        trainer = self.trainer_cfg
+        if not trainer.overlap_rollout or self.actor.backend != "ray" or step >= trainer.total_steps or stop_requested():
             return False  # a stop saves this step: nothing of the next goes out
-        return not (cfg.save_every and step % cfg.save_every == 0) and not (cfg.val_every and step % cfg.val_every == 0)
+        return not (trainer.save_every and step % trainer.save_every == 0) and not (trainer.val_every and step % trainer.val_every == 0)
 
     def batcher_state(self) -> dict[str, Any]:
         """The prompt order as of the last completed step, even when the next step's prompts are drawn."""

@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
 
 from rlhfctl.algorithms.group_filter import groups_with_signal, kept_uids_in_order
 from rlhfctl.errors import UserError
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.trainer.sample_metric import sample_metric
 
 __all__ = ["FilterGroupsExhausted", "FilteredRollout", "Generation", "GroupFilterSettings"]
@@ -44,12 +44,12 @@ class GroupFilterSettings:
     pad_token_id: int
 
     @classmethod
-    def from_recipe(cls, cfg: DictConfig, pad_token_id: int) -> GroupFilterSettings | None:
+    def from_recipe(cls, recipe: Recipe, pad_token_id: int) -> GroupFilterSettings | None:
         """The settings, or None when ``algorithm.filter_groups.enable`` is off."""
-        spec = cfg.algorithm.filter_groups
+        spec = recipe.algorithm.filter_groups
         if not spec.enable:
             return None
-        return cls(str(spec.metric), int(spec.max_num_gen_batches), str(spec.on_exhausted), int(cfg.trainer.batch_size),
+        return cls(str(spec.metric), int(spec.max_num_gen_batches), str(spec.on_exhausted), int(recipe.trainer.batch_size),
                    int(pad_token_id))
 
 

@@ -19,10 +19,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from omegaconf import DictConfig
 
 from rlhfctl.errors import WorkerLost
 from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
@@ -109,24 +109,24 @@ class StreamedRollout:
 class SeparateRollouts:
     """Draws prompts, keeps the next steps' batches in flight on the rollout group and syncs the actor's weights to it."""
 
-    def __init__(self, cfg: DictConfig, batcher: Any, tokenizer: Any, rollout: WorkerGroup, actor: WorkerGroup,
+    def __init__(self, recipe: Recipe, batcher: Any, tokenizer: Any, rollout: WorkerGroup, actor: WorkerGroup,
                  reward: WorkerGroup, critic: WorkerGroup | None, reference: WorkerGroup | None,
                  restart: Callable[[], WorkerGroup] | None = None, notify: Callable[[str], None] | None = None) -> None:
-        trainer = cfg.trainer
+        trainer, rollout_settings = recipe.trainer, recipe.rollout.settings
         self.max_restarts = int(trainer.max_restarts)
         self.restarts = 0
         self._restart, self._notify = restart, notify or (lambda message: None)
         self.batcher, self.tokenizer = batcher, tokenizer
         self.rollout, self.actor, self.reward, self.critic, self.reference = rollout, actor, reward, critic, reference
-        self.schedule = StalenessSchedule(int(trainer.max_staleness), int(cfg.rollout.sync_every),
+        self.schedule = StalenessSchedule(recipe.rollout.max_staleness, recipe.rollout.sync_every,
                                           int(trainer.total_steps), int(trainer.critic_warmup_steps))
-        self.chunks = int(cfg.rollout.stream_chunks)
-        self.sync = WeightSync(actor, rollout, int(cfg.rollout.sync_check_every))
+        self.chunks = int(rollout_settings.stream_chunks)
+        self.sync = WeightSync(actor, rollout, int(rollout_settings.sync_check_every))
         # A reward group of its own pool takes each chunk from the rollout ranks as it is generated; one that shares
         # the actor's processes (or runs in the driver) is sent each chunk once it is back, lest it hold up the actor.
-        own_pool = cfg.roles.reward.pool not in (cfg.roles.actor.pool, cfg.rollout.pool)
+        own_pool = recipe.role("reward").pool not in (recipe.role("actor").pool, recipe.rollout.pool)
         self.reward_takes_futures = own_pool and reward.backend == rollout.backend and reward.world_size == rollout.world_size
-        self.group_filter = GroupFilterSettings.from_recipe(cfg, tokenizer.pad_token_id)
+        self.group_filter = GroupFilterSettings.from_recipe(recipe, tokenizer.pad_token_id)
         self._in_flight: deque[StreamedRollout] = deque()
         self.draws = 0
         # Draw numbers that dynamic sampling took at step time, and for which step: they may lie between the draws of

@@ -17,7 +17,6 @@ import torch
 from rlhfctl.algorithms.preference_losses import dpo_loss
 from rlhfctl.data.pairs import PreferenceDataset, PreferencePair, collate_policy_pairs
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.resolve import reference_source
 from rlhfctl.trainer.metrics import mean_over_ranks
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.stage_data import preference_dataset
@@ -38,11 +37,11 @@ class DPOTrainer(StageTrainer):
     def __init__(self, cfg: Any, reporter: Reporter, groups: Any = None) -> None:
         super().__init__(cfg, reporter, groups)
         # The reference role, else the trained actor with its LoRA adapter disabled (recipe/resolve decides).
-        self.reference = self.groups["reference"] if reference_source(cfg) == "reference" else self.trained
+        self.reference = self.groups["reference"] if self.recipe.step.reference_source == "reference" else self.trained
 
     def make_dataset(self, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
         """Tokenize preference pairs."""
-        return preference_dataset(self.cfg, self.tokenizer, records, source)
+        return preference_dataset(self.recipe, self.tokenizer, records, source)
 
     def reference_logps(self, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Summed reference log-probs (B,) of the chosen and rejected responses, from one call over both."""
@@ -80,6 +79,6 @@ class DPOTrainer(StageTrainer):
             parts["ref_rejected"].append(ref_rejected)
         joined = {key: torch.cat(values) for key, values in parts.items()}
         loss, stats = dpo_loss(joined["chosen"], joined["rejected"], joined["ref_chosen"], joined["ref_rejected"],
-                               float(self.cfg.algorithm.beta))
+                               float(self.recipe.algorithm.beta))
         return {"eval/loss": float(loss), "eval/accuracy": float(stats["rewards/accuracy"]),
                 "eval/margin": float(stats["rewards/margin"])}

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
 from rlhfctl.data.errors import DataConfigError
@@ -59,22 +59,22 @@ class PPOTrainer(TrainerBase):
     """Drives the role worker groups through PPO-family training steps."""
 
     def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
-        self.cfg = cfg
+        self.cfg = cfg  # as written: only saved beside the run (recipe.yaml); everything reads self.recipe
         self.reporter = reporter
-        self.output_dir = Path(cfg.trainer.output_dir)
         for module in cfg.algorithm.import_modules or []:
-            importlib.import_module(module)  # custom advantage estimators register themselves on import
-        self.tokenizer = load_tokenizer(OmegaConf.to_container(cfg.roles.actor.model, resolve=True),
-                                        trust_remote_code=bool(cfg.roles.actor.model.trust_remote_code))
-        self.train_data = build_dataset(cfg, self.tokenizer, "train")
+            importlib.import_module(module)  # custom estimators and losses register themselves before resolve sees them
+        self.recipe = recipe = resolve(cfg)  # typed and sealed: what the trainer and the workers read
+        self.output_dir = Path(recipe.trainer.output_dir)
+        actor_model = recipe.role("actor").model
+        self.tokenizer = load_tokenizer(actor_model, trust_remote_code=bool(actor_model.trust_remote_code))
+        self.train_data = build_dataset(recipe, self.tokenizer, "train")
         if self.train_data is None:
             raise DataConfigError("data: set data.train_files or data.task so there are prompts to train on")
-        self.val_data = build_dataset(cfg, self.tokenizer, "val") if cfg.trainer.val_every else None
-        self.batcher = make_batcher(self.train_data, cfg)
-        kl = cfg.algorithm.kl
+        self.val_data = build_dataset(recipe, self.tokenizer, "val") if recipe.trainer.val_every else None
+        self.batcher = make_batcher(self.train_data, recipe)
+        kl = recipe.algorithm.kl
         self.kl_controller = build_kl_controller(kl.controller, kl.coef, kl.target, kl.horizon)
-        self.recipe = resolve(cfg)  # typed and sealed: what the workers are built from
-        self.groups = groups or build_role_groups(self.recipe, call_timeout_s=cfg.trainer.call_timeout_s)
+        self.groups = groups or build_role_groups(recipe, call_timeout_s=recipe.trainer.call_timeout_s)
         self.actor = self.groups["actor"]
         self.reward = self.groups["reward"]
         self.critic = self.groups.get("critic")
@@ -84,12 +84,12 @@ class PPOTrainer(TrainerBase):
         rollout_group = self.groups.get(ROLLOUT_ROLE)
         if rollout_group is not None:
             self.rollouts = SeparateRollouts(
-                cfg, self.batcher, self.tokenizer, rollout_group, self.actor, self.reward, self.critic,
-                self.reference, restart=lambda: self.groups.restart_rollout(float(cfg.trainer.restart_wait_s)),
+                recipe, self.batcher, self.tokenizer, rollout_group, self.actor, self.reward, self.critic,
+                self.reference, restart=lambda: self.groups.restart_rollout(float(recipe.trainer.restart_wait_s)),
                 notify=lambda text: self.reporter.message(text, "warning"))
         else:
-            self.rollouts = Rollouts(cfg, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
-        self.samples = SampleLog(self.output_dir, cfg.trainer.log_samples, self.tokenizer)
+            self.rollouts = Rollouts(recipe, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
+        self.samples = SampleLog(self.output_dir, recipe.trainer.log_samples, self.tokenizer)
         self._start_runtime()
 
     @property
@@ -106,7 +106,7 @@ class PPOTrainer(TrainerBase):
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         """Run from ``start_step`` to ``trainer.total_steps``; returns the last step's metrics."""
-        cfg, total = self.cfg.trainer, self.cfg.trainer.total_steps
+        trainer, total = self.recipe.trainer, self.recipe.trainer.total_steps
         metrics: dict[str, float] = {}
         for step in range(self.start_step + 1, total + 1):
             with self.step(step):  # a stop signal waits for the step's end: the step is saved whole
@@ -114,13 +114,13 @@ class PPOTrainer(TrainerBase):
                 step_start = time.time()
                 metrics = self.train_step(step)
                 self.record_step_trace(step, step_start, time.time())
-                if cfg.val_every and (step % cfg.val_every == 0 or step == total):
+                if trainer.val_every and (step % trainer.val_every == 0 or step == total):
                     metrics.update(self.validate(step))
                 with safe_point_pending():  # logged and done as one
                     self.metrics_log.write(step, metrics)  # every trainer.loggers entry, the console's line included
                     self.samples.write(step, self.metrics_log)
                     self.completed_step = step
-            if cfg.save_every and (step % cfg.save_every == 0 or step == total):
+            if trainer.save_every and (step % trainer.save_every == 0 or step == total):
                 self.save(step)
         return metrics
 
@@ -139,7 +139,7 @@ class PPOTrainer(TrainerBase):
                 batch = batch.union(self.actor.compute_log_prob(batch))
         with timer("advantages"):
             batch = self._advantages(batch, rollout.prompts)
-        if self.cfg.trainer.balance_batch:
+        if self.recipe.trainer.balance_batch:
             batch = self._balanced(batch, metrics)
         metrics.update(self._update_critic_and_actor(step, batch, pending_ref, timer))
         # The driver's copy of the pending columns, for the metrics: fetched once the update is done, so
@@ -157,7 +157,7 @@ class PPOTrainer(TrainerBase):
     # ------------------------------------------------------------------ phases
     def _reference_on_driver(self) -> bool:
         """The in-reward KL and batch balancing read the reference log-probs on the driver."""
-        return self.effective.kl_in_reward or bool(self.cfg.trainer.balance_batch)
+        return self.effective.kl_in_reward or bool(self.recipe.trainer.balance_batch)
 
     def _update_critic_and_actor(self, step: int, batch: DataProto, pending_ref: list[Any],
                                  timer: PhaseTimer) -> dict[str, float]:
@@ -190,7 +190,7 @@ class PPOTrainer(TrainerBase):
 
     def _advantages(self, batch: DataProto, prompts: DataProto) -> DataProto:
         """KL-shaped rewards and advantages, computed on the driver with pure tensor functions."""
-        algo, kl = self.cfg.algorithm, self.cfg.algorithm.kl
+        algo, kl = self.recipe.algorithm, self.recipe.algorithm.kl
         mask = batch.batch["response_mask"]
         rewards = batch.batch["token_level_scores"]
         tensors: dict[str, Any] = {}
@@ -219,7 +219,7 @@ class PPOTrainer(TrainerBase):
 
     def _kl_metrics(self) -> dict[str, float]:
         """``kl/coef``: the coefficient of the in-reward KL penalty for the next step (adaptive controllers move it)."""
-        return {"kl/coef": float(self.kl_controller.value)} if self.cfg.algorithm.kl.use_in_reward else {}
+        return {"kl/coef": float(self.kl_controller.value)} if self.recipe.algorithm.kl.use_in_reward else {}
 
     def _balanced(self, batch: DataProto, metrics: dict[str, float]) -> DataProto:
         """Reorder samples so the actor's ranks get similar token counts (trainer.balance_batch)."""
@@ -237,7 +237,7 @@ class PPOTrainer(TrainerBase):
         greedy_prompts = DataProto(prompts.batch, prompts.non_tensor_batch, {"do_sample": False, "n": 1})
         greedy = self.generator.generate_sequences(greedy_prompts)
         scores = self.reward.compute_rewards(greedy).batch["token_level_scores"].sum(-1)
-        return scores.repeat_interleave(self.cfg.rollout.n)
+        return scores.repeat_interleave(self.recipe.rollout.settings.n)
 
     def validate(self, step: int = 0) -> dict[str, float]:
         """Responses to the held-out prompts, scored by the reward role; per ``data_source`` too.
@@ -248,10 +248,10 @@ class PPOTrainer(TrainerBase):
         rollouts' random numbers as they were.
         """
         self.rollouts.before_validation(step)  # a rollout group validates the weights step `step` left
-        rows, k = list(self.val_data), int(self.cfg.rollout.val_n)
+        rows, k = list(self.val_data), int(self.recipe.rollout.settings.val_n)
         scored = []
-        for start in range(0, len(rows), self.cfg.trainer.batch_size):
-            prompts = to_dataproto(rows[start:start + self.cfg.trainer.batch_size], self.tokenizer)
+        for start in range(0, len(rows), self.recipe.trainer.batch_size):
+            prompts = to_dataproto(rows[start:start + self.recipe.trainer.batch_size], self.tokenizer)
             prompts.meta_info.update(do_sample=k > 1, n=k, validate=True)
             responses = self.generator.generate_sequences(prompts)
             scored.append(responses.union(self.reward.compute_rewards(responses)))
@@ -287,7 +287,7 @@ class PPOTrainer(TrainerBase):
     def summary(self) -> dict[str, Any]:
         """Mean reward of the first and last steps; with ``trainer.export_hf`` the policy is written to ``<output_dir>/model`` first."""
         summary = summarize(self.metrics_log)
-        if self.cfg.trainer.get("export_hf"):
+        if self.recipe.trainer.export_hf:
             summary["model_dir"] = str(self.actor.export_hf(str(self.output_dir / MODEL_DIR)))
         return summary
 

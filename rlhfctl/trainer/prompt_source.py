@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from rlhfctl.recipe.specs import Recipe
 
 from rlhfctl.agents.tool_registry import chat_tools
 from rlhfctl.data import PromptBatcher, PromptDataset, collate_prompts, load_records
@@ -19,40 +19,40 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.tasks import get_task
 
 
-def _records(cfg: DictConfig, split: str) -> tuple[list[dict[str, Any]], str] | None:
-    files = cfg.data.train_files if split == "train" else cfg.data.val_files
+def _records(recipe: Recipe, split: str) -> tuple[list[dict[str, Any]], str] | None:
+    files = recipe.data.train_files if split == "train" else recipe.data.val_files
     if files:
         files = [files] if isinstance(files, str) else list(files)
         return [record for path in files for record in load_records(path)], ", ".join(map(str, files))
-    if cfg.data.task:
-        count = cfg.data.num_train if split == "train" else cfg.data.num_val
+    if recipe.data.task:
+        count = recipe.data.num_train if split == "train" else recipe.data.num_val
         # Different seeds keep validation prompts apart from training prompts.
-        seed = cfg.trainer.seed if split == "train" else cfg.trainer.seed + 1_000_003
-        return get_task(cfg.data.task).make_prompts(count, seed), f"task '{cfg.data.task}' ({split})"
+        seed = recipe.trainer.seed if split == "train" else recipe.trainer.seed + 1_000_003
+        return get_task(recipe.data.task).make_prompts(count, seed), f"task '{recipe.data.task}' ({split})"
     return None
 
 
-def source_records(cfg: DictConfig, split: str) -> list[dict[str, Any]] | None:
+def source_records(recipe: Recipe, split: str) -> list[dict[str, Any]] | None:
     """The raw records of ``split`` (train or val) before tokenizing, or None when the recipe has none."""
-    found = _records(cfg, split)
+    found = _records(recipe, split)
     return None if found is None else found[0]
 
 
-def build_dataset(cfg: DictConfig, tokenizer: Any, split: str) -> PromptDataset | None:
+def build_dataset(recipe: Recipe, tokenizer: Any, split: str) -> PromptDataset | None:
     """The prompts of ``split`` (train or val), or None when the recipe has none for it."""
-    found = _records(cfg, split)
+    found = _records(recipe, split)
     if found is None:
         return None
     records, source = found
     return PromptDataset(
         records,
-        prompt_key=cfg.data.prompt_key,
+        prompt_key=recipe.data.prompt_key,
         tokenizer=tokenizer,
-        max_prompt_length=cfg.data.max_prompt_length,
-        overlong=cfg.data.overlong,
-        apply_chat_template=cfg.data.apply_chat_template,
+        max_prompt_length=recipe.data.max_prompt_length,
+        overlong=recipe.data.overlong,
+        apply_chat_template=recipe.data.apply_chat_template,
         source=source,
-        chat_tools=chat_tools(cfg.rollout.multi_turn),
+        chat_tools=chat_tools(recipe.rollout.multi_turn),
     )
 
 
@@ -70,6 +70,6 @@ def to_dataproto(rows: list, tokenizer: Any) -> DataProto:
     )
 
 
-def make_batcher(dataset: PromptDataset, cfg: DictConfig) -> PromptBatcher:
+def make_batcher(dataset: PromptDataset, recipe: Recipe) -> PromptBatcher:
     """Endless, resumable batches of ``trainer.batch_size`` prompts."""
-    return PromptBatcher(dataset, cfg.trainer.batch_size, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle)
+    return PromptBatcher(dataset, recipe.trainer.batch_size, seed=recipe.trainer.seed, shuffle=recipe.data.shuffle)

@@ -32,7 +32,7 @@ class RewardModelTrainer(StageTrainer):
 
     def make_dataset(self, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
         """Tokenize preference pairs."""
-        return preference_dataset(self.cfg, self.tokenizer, records, source)
+        return preference_dataset(self.recipe, self.tokenizer, records, source)
 
     def collate(self, rows: list[PreferencePair]) -> DataProto:
         """``prompt + chosen`` and ``prompt + rejected``, right-padded to one width."""
@@ -49,5 +49,5 @@ class RewardModelTrainer(StageTrainer):
             scored = self.trained.eval_reward_model(self.collate(rows))
             chosen.append(scored.batch["chosen_score"])
             rejected.append(scored.batch["rejected_score"])
-        loss, stats = bradley_terry_loss(torch.cat(chosen), torch.cat(rejected), float(self.cfg.algorithm.margin))
+        loss, stats = bradley_terry_loss(torch.cat(chosen), torch.cat(rejected), float(self.recipe.algorithm.margin))
         return {"eval/loss": float(loss), "eval/accuracy": float(stats["accuracy"]), "eval/margin": float(stats["margin"])}

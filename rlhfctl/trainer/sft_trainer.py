@@ -28,11 +28,11 @@ class SFTTrainer(StageTrainer):
 
     def make_dataset(self, records: list[dict[str, Any]], source: str) -> DemonstrationDataset:
         """Tokenize demonstrations with the recipe's data keys and length limit."""
-        return DemonstrationDataset.from_data_section(records, self.tokenizer, self.cfg.data, source)
+        return DemonstrationDataset.from_data_section(records, self.tokenizer, self.recipe.data, source)
 
     def collate(self, rows: list[Demonstration]) -> DataProto:
         """Right-padded (optionally packed) rows with their loss mask."""
-        data = self.cfg.data
+        data = self.recipe.data
         tensors = collate_demonstrations(rows, self.tokenizer.pad_token_id, packing=bool(data.packing), max_length=data.max_length)
         return DataProto.from_dict(tensors, meta_info={"packed": bool(data.packing)})
 

@@ -1,6 +1,6 @@
 """Records for the supervised stages: from data files (with an optional held-out share) or a bundled task.
 
-``stage_records(cfg, kind)`` returns the training and evaluation records of ``kind``
+``stage_records(recipe, kind)`` returns the training and evaluation records of ``kind``
 (``"demonstrations"`` for sft, ``"preferences"`` for reward_model and dpo):
 
 - with ``data.train_files``: their records; evaluation from ``data.val_files``, else a seeded random
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
+from rlhfctl.recipe.specs import Recipe
 
 from rlhfctl.data.errors import DataConfigError
 from rlhfctl.data.pairs import PreferenceDataset
@@ -42,15 +42,15 @@ def _files(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else [str(item) for item in value]
 
 
-def _from_files(cfg: DictConfig) -> StageRecords:
-    files = _files(cfg.data.train_files)
+def _from_files(recipe: Recipe) -> StageRecords:
+    files = _files(recipe.data.train_files)
     records = [record for path in files for record in load_records(path)]
     source = ", ".join(files)
-    if cfg.data.val_files:
-        val_files = _files(cfg.data.val_files)
+    if recipe.data.val_files:
+        val_files = _files(recipe.data.val_files)
         held_out = [record for path in val_files for record in load_records(path)]
         return StageRecords(records, source, held_out, ", ".join(val_files))
-    fraction = float(cfg.data.eval_fraction or 0.0)
+    fraction = float(recipe.data.eval_fraction or 0.0)
     if fraction <= 0:
         return StageRecords(records, source, None, "")
     count = max(1, math.floor(len(records) * fraction))
@@ -59,42 +59,42 @@ def _from_files(cfg: DictConfig) -> StageRecords:
             f"data.eval_fraction={fraction} of the {len(records)} records in {source} leaves none to train on; "
             "lower it or add records"
         )
-    order = np.random.default_rng([int(cfg.trainer.seed), 7]).permutation(len(records))
+    order = np.random.default_rng([int(recipe.trainer.seed), 7]).permutation(len(records))
     held = set(order[:count].tolist())
     train = [record for index, record in enumerate(records) if index not in held]
     held_out = [records[index] for index in sorted(held)]
     return StageRecords(train, source, held_out, f"{source} (held-out {fraction:g})")
 
 
-def _from_task(cfg: DictConfig, kind: str) -> StageRecords:
+def _from_task(recipe: Recipe, kind: str) -> StageRecords:
     from rlhfctl.tasks import get_task, task_names
 
-    name = str(cfg.data.task)
+    name = str(recipe.data.task)
     task = get_task(name)
     generate = getattr(task, _GENERATORS[kind], None)
     if generate is None:
         offering = [other for other in task_names() if getattr(get_task(other), _GENERATORS[kind], None) is not None]
         raise DataConfigError(
-            f"data.task: the {name!r} task has no {kind} for algorithm.name={cfg.algorithm.name}; "
+            f"data.task: the {name!r} task has no {kind} for algorithm.name={recipe.algorithm.name}; "
             f"tasks that have them: {', '.join(offering) or 'none'} (or set data.train_files)"
         )
-    seed = int(cfg.trainer.seed)
-    train = generate(int(cfg.data.num_train), seed)
-    held_out = generate(int(cfg.data.num_val), seed + _VAL_SEED_OFFSET) if int(cfg.data.num_val) > 0 else None
+    seed = int(recipe.trainer.seed)
+    train = generate(int(recipe.data.num_train), seed)
+    held_out = generate(int(recipe.data.num_val), seed + _VAL_SEED_OFFSET) if int(recipe.data.num_val) > 0 else None
     return StageRecords(train, f"task '{name}' ({kind}, train)", held_out, f"task '{name}' ({kind}, val)")
 
 
-def stage_records(cfg: DictConfig, kind: str) -> StageRecords:
+def stage_records(recipe: Recipe, kind: str) -> StageRecords:
     """The records of ``kind`` ("demonstrations" or "preferences") the recipe's data section names."""
     if kind not in _GENERATORS:
         raise ValueError(f"kind must be one of {', '.join(_GENERATORS)}, got {kind!r}")
-    if cfg.data.train_files:
-        return _from_files(cfg)
-    if cfg.data.task:
-        return _from_task(cfg, kind)
+    if recipe.data.train_files:
+        return _from_files(recipe)
+    if recipe.data.task:
+        return _from_task(recipe, kind)
     raise DataConfigError(f"data.train_files: set data files with {kind} (or data.task for a bundled task)")
 
 
-def preference_dataset(cfg: DictConfig, tokenizer: Any, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
+def preference_dataset(recipe: Recipe, tokenizer: Any, records: list[dict[str, Any]], source: str) -> PreferenceDataset:
     """Tokenize preference pairs with the recipe's data keys and length limit (reward_model and dpo)."""
-    return PreferenceDataset.from_data_section(records, tokenizer, cfg.data, source)
+    return PreferenceDataset.from_data_section(records, tokenizer, recipe.data, source)

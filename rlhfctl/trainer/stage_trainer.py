@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.models.loading import ModelConfigError, load_tokenizer
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
 from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.trainer.metrics import first_non_finite
@@ -40,23 +41,24 @@ class StageTrainer(TrainerBase):
     record_kind: ClassVar[str] = "demonstrations"
 
     def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
-        self.cfg = cfg
+        self.cfg = cfg  # as written: only saved beside the run (recipe.yaml); everything reads self.recipe
+        self.recipe = recipe = resolve(cfg)
         self.reporter = reporter
-        self.output_dir = Path(cfg.trainer.output_dir)
+        self.output_dir = Path(recipe.trainer.output_dir)
         self.model_dir = self.output_dir / MODEL_DIR
-        role = cfg.roles.get(self.trained_role)
-        if role is None or role.get("model") is None:
+        if recipe.section_of(self.trained_role) is None or recipe.section_of(self.trained_role).model is None:
             raise ModelConfigError(
                 f"roles.{self.trained_role}.model: algorithm.name={self.algorithm} trains this role's model; "
                 f"set roles.{self.trained_role}.model.config (inline) or .path"
             )
-        self.tokenizer = load_tokenizer(OmegaConf.to_container(role.model, resolve=True),
-                                        trust_remote_code=bool(role.model.trust_remote_code))
-        records = stage_records(cfg, self.record_kind)
+        model = recipe.role(self.trained_role).model
+        self.tokenizer = load_tokenizer(model, trust_remote_code=bool(model.trust_remote_code))
+        records = stage_records(recipe, self.record_kind)
         self.train_data = self.make_dataset(records.train, records.train_source)
         self.eval_data = self.make_dataset(records.eval, records.eval_source) if records.eval else None
-        self.batcher = PromptBatcher(self.train_data, cfg.trainer.batch_size, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle)
-        self.groups = groups or build_role_groups(only_roles(cfg, self.roles_used()), call_timeout_s=cfg.trainer.call_timeout_s)
+        self.batcher = PromptBatcher(self.train_data, recipe.trainer.batch_size, seed=recipe.trainer.seed, shuffle=recipe.data.shuffle)
+        # The roles this stage does not use are nulled before the groups are built (their workers never start).
+        self.groups = groups or build_role_groups(only_roles(cfg, self.roles_used()), call_timeout_s=recipe.trainer.call_timeout_s)
         self.trained = self.groups[self.trained_role]
         self._start_runtime()
 

@@ -15,6 +15,7 @@ from rlhfctl.run_signals import safe_point_pending, step_in_progress
 from rlhfctl.single_controller import WorkerGroupError
 from rlhfctl.trace import TraceRecorder, summarize_trace
 from rlhfctl.trainer import checkpoint
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.trainer.loggers import build_loggers
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.role_groups import RoleGroups
@@ -29,11 +30,12 @@ class TrainingDiverged(Diverged):
 class TrainerBase:
     """Base of the PPO and stage trainers; subclasses provide the loop, say which groups train and sum up a run.
 
-    Subclasses set ``cfg``, ``reporter``, ``output_dir``, ``batcher`` and ``groups`` in ``__init__``,
-    then call :meth:`_start_runtime`.
+    Subclasses set ``cfg`` (the recipe as written, saved beside the run), ``recipe`` (resolved: what every step
+    reads), ``reporter``, ``output_dir``, ``batcher`` and ``groups`` in ``__init__``, then call :meth:`_start_runtime`.
     """
 
     cfg: DictConfig
+    recipe: Recipe
     reporter: Reporter
     output_dir: Path
     groups: RoleGroups
@@ -93,10 +95,10 @@ class TrainerBase:
         for future in futures:
             future.get()
         self._write_placement()
-        resume_from = checkpoint.resume_point(self.cfg.trainer.resume, self.output_dir)
+        resume_from = checkpoint.resume_point(self.recipe.trainer.resume, self.output_dir)
         if resume_from is not None:
             self._load(resume_from)
-        resuming = resume_from is not None or str(self.cfg.trainer.resume) != "never"  # auto with no checkpoint: step 0
+        resuming = resume_from is not None or str(self.recipe.trainer.resume) != "never"  # auto with no checkpoint: step 0
         self.metrics_log = build_loggers(self.cfg, self.output_dir, self.reporter,
                                          resume_after_step=self.start_step if resuming else None)
         (self.output_dir / "recipe.yaml").write_text(OmegaConf.to_yaml(self.cfg))
@@ -134,7 +136,7 @@ class TrainerBase:
 
         with safe_point_pending():  # a stop signal waits until the roles have their state in hand
             self.pending_checkpoint = checkpoint.start_checkpoint(
-                self.output_dir, step, state, save_roles, wait_roles, keep_last=self.cfg.trainer.keep_last)
+                self.output_dir, step, state, save_roles, wait_roles, keep_last=self.recipe.trainer.keep_last)
         self.saved_step = step
         return self.pending_checkpoint.final
 
@@ -160,7 +162,7 @@ class TrainerBase:
     # ------------------------------------------------------------------ trace and shutdown
     def write_trace(self) -> Path | None:
         """Write ``trace.json`` when ``trainer.trace`` is on; returns its path."""
-        if not self.cfg.trainer.trace:
+        if not self.recipe.trainer.trace:
             return None
         self._flush_trace()
         return self.trace.write(self.output_dir)
