@@ -23,10 +23,8 @@ from rlhfctl.engine.micro_batches import loss_token_counts
 from rlhfctl.engine.offload import on_device
 from rlhfctl.recipe.sections import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
 from rlhfctl.agents.trajectory import response_width
-from rlhfctl.rollout.agent_rollout import agent_rollout_for, hf_batch_generate
-from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch
-from rlhfctl.rollout.sync_probe import PROBE_PARAMS, log_prob_gap, probe_prompts, vocab_of
-from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_generator
+from rlhfctl.rollout.generator import Generator
+from rlhfctl.rollout.sync_probe import log_prob_gap
 from workers.trainable import TrainableRoleWorker
 from rlhfctl.rollout.weight_sender import WeightSender
 from rlhfctl.engine.training import allreduce_mean
@@ -35,12 +33,6 @@ __all__ = ["ActorWorker"]
 
 _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "advantages")
 _OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob", "rollout_log_probs")
-
-
-def _base_config(module: torch.nn.Module) -> Any:
-    """The transformers config of a plain, DDP, FSDP2 or peft model."""
-    inner = getattr(module, "module", module)
-    return inner.get_base_model().config if hasattr(inner, "get_base_model") else inner.config
 
 
 class ActorWorker(TrainableRoleWorker, WeightSender):
@@ -60,22 +52,55 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         self.optim_cfg = optim_config(self.recipe, self.role)
         self.rollout = rollout_config(self.recipe)
         self.kl = kl_config(self.recipe)
-        self.generate_calls = 0
+        # The engine choice, vLLM engine, agent rollout and the seeding of each call (rlhfctl/rollout/generator.py).
+        self.generator = Generator(self.rollout, role=self.role, seed=self.seed, rank=self.rank, colocated=True)
         self.update_calls = 0
-        self.validate_calls = 0
-        self.rollout_engine: Any = None  # the vLLM engine with rollout.engine: vllm (rlhfctl/rollout/vllm_engine.py)
-        self.agent_rollout: Any = None  # the tools and loop of rollout.multi_turn (rlhfctl/rollout/agent_rollout.py)
+
+    @property
+    def rollout_engine(self) -> Any:
+        """The vLLM engine with rollout.engine: vllm (rlhfctl/rollout/vllm_engine.py), else None."""
+        return self.generator.vllm
+
+    @property
+    def agent_rollout(self) -> Any:
+        """The tools and loop of rollout.multi_turn (rlhfctl/rollout/agent_rollout.py), else None."""
+        return self.generator.agent
+
+    @property
+    def generate_calls(self) -> int:
+        return self.generator.generate_calls
+
+    @generate_calls.setter
+    def generate_calls(self, value: int) -> None:
+        self.generator.generate_calls = value
+
+    @property
+    def validate_calls(self) -> int:
+        return self.generator.validate_calls
+
+    @validate_calls.setter
+    def validate_calls(self, value: int) -> None:
+        self.generator.validate_calls = value
 
     # ------------------------------------------------------------------ set-up
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     @on_device
     def init_model(self) -> None:
         """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
-        DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler."""
+        DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler; then the
+        agent rollout and, with ``rollout.engine: vllm`` colocated, this rank's engine (its first sync probed)."""
         self._init_trained_model()
-        self.agent_rollout = agent_rollout_for(self.rollout, self.tokenizer, self.module)
+        self.generator.bind(self.module, self.tokenizer, self.device, serving=lambda: serving(self.module, self.engine))
+        self.generator.start_agent()
         if self.rollout["engine"] == "vllm" and not rollout_on_own_pool(self.rollout):
-            self.rollout_engine = self._start_vllm_engine()  # separate: the rollout group holds the engines
+            # separate: the rollout group holds the engines
+            self.generator.start_vllm(
+                prompt_length=int((self.recipe.get("data") or {}).get("max_prompt_length") or 32),
+                dtype=self.model_cfg["dtype"],
+                local_rank=self.local_rank,
+                local_world_size=self._rank_info.local_world_size,
+                probe_gap=self._probe_gap,
+            )
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
         from rlhfctl.models.loading import load_causal_lm
@@ -86,62 +111,6 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
             model = apply_lora(model, {} if lora is True else lora, seed=self.seed)
         return model
 
-    def _start_vllm_engine(self) -> Any:
-        """This rank's vLLM engine (its shard of one, at rollout.vllm.tensor_parallel_size > 1), built from the
-        actor's initial weights (LoRA merged)."""
-        from rlhfctl.rollout.vllm_engine import (
-            VLLM_INSTALL_HINT,
-            VllmNotInstalled,
-            VllmRolloutEngine,
-            context_length,
-            engine_settings,
-            vllm_installed,
-        )
-
-        if not vllm_installed():
-            raise VllmNotInstalled(f"rollout.engine: vllm needs vllm in the {self.role} workers: {VLLM_INSTALL_HINT}")
-        prompt_length = int((self.recipe.get("data") or {}).get("max_prompt_length") or 32)
-        engine = VllmRolloutEngine(
-            self.module,
-            role=self.role,
-            rank=self.rank,
-            device=self.device,
-            seed=derive_seed(self.seed, self.rank, "vllm"),
-            settings=engine_settings(self.rollout),
-            max_model_len=context_length(self.module, prompt_length, response_width(self.rollout)),
-            dtype=str(self.model_cfg["dtype"]),
-            local_rank=self.local_rank,
-            local_world_size=self._rank_info.local_world_size,
-        )
-        try:
-            self._check_first_sync(engine)
-        except Exception:
-            engine.close()
-            raise
-        return engine
-
-    def _check_first_sync(self, engine: Any, sleep: bool = True) -> None:
-        """Score a few fixed prompt tokens' samples with the engine and with the actor right after the first
-        sync (and, with sleep mode, after the first wake: see ``probe_due``); a mean |difference| above the
-        tolerance means the engine samples from another model than the one trained (a weight the sync missed,
-        say), and stops the run with exit 2."""
-        from rlhfctl.rollout.vllm_engine import VllmSyncMismatch, probe_tolerance
-
-        engine.probes += 1
-        when = "the first weight sync" if engine.probes == 1 else "its first wake from sleep"
-        prompts = probe_prompts(vocab_of(self.tokenizer, _base_config(self.module)))
-        seed = derive_seed(self.seed, self.rank, "vllm-probe", *(() if engine.probes == 1 else (engine.probes,)))
-        probe = self._generate_with_vllm(prompts, PROBE_PARAMS, seed, engine, sleep=sleep)
-        diff, tokens = self._probe_gap(probe)
-        tolerance = probe_tolerance(self.model_cfg["dtype"])
-        if not diff <= tolerance:  # NaN fails too
-            raise VllmSyncMismatch(
-                f"{self.role} rank {self.rank}: after {when} the vLLM engine's log-probs differ from the "
-                f"actor's by {diff:.3g} on average (tolerance {tolerance:g}, {tokens} probe tokens) for "
-                f"{engine.architecture}: the engine would sample from another model than the one trained. "
-                "Use rollout.engine: hf for this model, and report the architecture (docs/rollout.md)"
-            )
-
     def _probe_gap(self, probe: DataProto) -> tuple[float, int]:
         """The actor's log-probs of a sync probe's samples against the engine's: mean gap and token count."""
         self.module.eval()
@@ -151,8 +120,7 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
         """Engine phases (wake, sync, generate, sleep) run inside the last call, for the dispatch trace."""
-        spans = self.rollout_engine.take_spans() if self.rollout_engine is not None else []
-        return spans + (self.agent_rollout.take_spans() if self.agent_rollout is not None else [])
+        return self.generator.take_spans()
 
     # ------------------------------------------------------------------ rollout and scoring
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -164,78 +132,12 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         leave the training rollouts' random numbers unchanged.
         """
         self._require_model()
-        params = SamplingParams.from_config(self.rollout, prompts.meta_info)
-        parts = self._seed_parts(prompts.meta_info)
+        params = self.generator.sampling_params(prompts.meta_info)
+        parts = self.generator.seed_parts(prompts.meta_info)
         self.module.eval()
-        if self.agent_rollout is not None:
-            batch = self._generate_agent_rollout(prompts, params, parts)
-        elif self.rollout_engine is not None:
-            batch = self._generate_with_vllm(prompts, params, derive_seed(*parts))
-        else:
-            generator = make_generator(self.device, *parts)
-            with serving(self.module, self.engine):
-                batch = generate_batch(self.module, self.tokenizer, prompts, params, device=self.device, generator=generator)
+        batch = self.generator.generate(prompts, params, parts)
         batch.meta_info.pop("draw", None)  # the call's own numbering
         return batch
-
-    def _seed_parts(self, meta_info: Mapping[str, Any]) -> tuple[Any, ...]:
-        """What seeds one generation call: the draw the driver numbered (``meta_info["draw"]``), as on a rollout group
-        of its own, so a resumed run draws the same samples whatever else ran on this rank since its checkpoint; a
-        call without one (validation, ReMax's greedy baseline) takes the next number of its stream's counter."""
-        stream = "validate" if meta_info.get("validate") else "generate"
-        counter = f"{stream}_calls"
-        calls = getattr(self, counter)
-        setattr(self, counter, calls + 1)
-        if stream == "generate" and meta_info.get("draw") is not None:
-            return generation_seed_parts(self.seed, self.rank, meta_info)
-        return (self.seed, self.rank, stream, calls)
-
-    def _generate_agent_rollout(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
-        """Multi-turn trajectories with tool calls (``rollout.multi_turn``), on this rank's engine."""
-        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
-        agent = self.agent_rollout
-        if self.rollout_engine is not None:
-            batch_generate = self.rollout_engine.batch_generate(
-                self.module, params, eos_ids=agent.eos_ids, seed=derive_seed(*parts)
-            )
-            try:
-                return agent.generate(prompts, params, batch_generate)
-            finally:
-                self.rollout_engine.sleep()
-        generator = make_generator(self.device, *parts)
-        batch_generate = hf_batch_generate(
-            self.module, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id, device=self.device, generator=generator
-        )
-        with serving(self.module, self.engine):
-            return agent.generate(prompts, params, batch_generate)
-
-    def _generate_with_vllm(
-        self, prompts: DataProto, params: SamplingParams, seed: int, engine: Any = None, sleep: bool = True
-    ) -> DataProto:
-        """The vllm engine's rollout (``engine``, else this rank's, probed first when ``probe_due``), in the hf
-        engine's layout plus ``rollout_log_probs``."""
-        from rlhfctl.rollout.vllm_engine import probe_due
-
-        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
-        if engine is None:
-            engine = self.rollout_engine
-            if not engine.weights_current:
-                engine.sync(self.module)  # asleep since the last rollout: wake and load before a probe
-            if probe_due(engine.sleep_mode, engine.wakes, engine.probes):
-                self._check_first_sync(engine, sleep=False)  # awake for the rollout that follows
-        eos_ids = eos_token_ids(self.tokenizer, self.module)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0]
-        responses, response_mask, log_probs = engine.generate(
-            self.module,
-            prompts.batch["input_ids"],
-            prompts.batch["attention_mask"],
-            params,
-            eos_ids=eos_ids,
-            pad_id=int(pad_id),
-            seed=seed,
-            sleep=sleep,
-        )
-        return rollout_batch(prompts, responses, response_mask, self.tokenizer, params, {"rollout_log_probs": log_probs})
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     @on_device

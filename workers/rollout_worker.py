@@ -26,10 +26,10 @@ from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
 from rlhfctl.recipe.sections import model_config, rollout_config, section, trainer_config
 from workers.role import RoleWorker
-from rlhfctl.rollout.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
-from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
+from rlhfctl.rollout.agent_rollout import AgentRollout
+from rlhfctl.rollout.generator import Generator
 from rlhfctl.rollout.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
-from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_generator
+from rlhfctl.engine.seeding import generation_seed_parts
 from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel
 
 __all__ = ["RolloutWorker", "generation_seed_parts"]
@@ -49,11 +49,24 @@ class RolloutWorker(RoleWorker):
         pool = section(self.recipe, "resource_pools", str(self.rollout.get("pool")))
         self.device = torch.device("cuda") if pool.get("use_gpu") else torch.device("cpu")
         self.model: nn.Module | None = None
-        self.rollout_engine: Any = None
-        self.agent_rollout: AgentRollout | None = None  # the tools and loop of rollout.multi_turn
+        # The engine choice, vLLM engine, agent rollout and the seeding of each call (rlhfctl/rollout/generator.py).
+        self.generator = Generator(self.rollout, role=self.role, seed=self.seed, rank=self.rank, colocated=False)
         self.channel: WeightChannel | None = None
         self.policy_version = 0
-        self.validate_calls = 0
+
+    @property
+    def rollout_engine(self) -> Any:
+        """The vLLM engine replica with rollout.engine: vllm, else None."""
+        return self.generator.vllm
+
+    @property
+    def agent_rollout(self) -> AgentRollout | None:
+        """The tools and loop of rollout.multi_turn, else None."""
+        return self.generator.agent
+
+    @property
+    def validate_calls(self) -> int:
+        return self.generator.validate_calls
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -67,7 +80,7 @@ class RolloutWorker(RoleWorker):
         self.engine = EngineSettings(strategy="ddp", compute_dtype=compute, trainable=False)
         vllm = self.rollout["engine"] == "vllm"
         # An engine over several ranks (vLLM's external launcher) needs the group's torch.distributed world.
-        self._setup_process(distributed=vllm and self._tensor_parallel_size() > 1)
+        self._setup_process(distributed=vllm and self.generator.tensor_parallel_size() > 1)
 
         def build(cfg: Mapping[str, Any]) -> nn.Module:
             model = load_causal_lm(cfg, self.tokenizer, dtype=compute, trust_remote_code=trust, seed=self.seed)
@@ -77,44 +90,22 @@ class RolloutWorker(RoleWorker):
         # first weights, from the host, so the device is the engine's alone when it measures its free memory at start.
         self.model, _ = materialize(build, self.model_cfg, self.engine, torch.device("cpu") if vllm else self.device)
         self.model.eval()
+        self.generator.bind(self.model, self.tokenizer, self.device)
         if vllm:
-            self.rollout_engine = self._start_vllm_engine()
+            # This rank's replica; it never sleeps (its pool trains nothing).
+            self.generator.start_vllm(
+                prompt_length=int(section(self.recipe, "data").get("max_prompt_length") or 32),
+                dtype=self.model_cfg["dtype"],
+                local_rank=self.local_rank,
+                local_world_size=self._rank_info.local_world_size,
+            )
             self.model.to("meta")  # its config and generation config stay: eos ids, vocabulary, probe prompts
-        self.agent_rollout = agent_rollout_for(self.rollout, self.tokenizer, self.model)
-
-    def _start_vllm_engine(self) -> Any:
-        """This rank's vLLM engine replica; it never sleeps (its pool trains nothing)."""
-        from rlhfctl.agents.trajectory import response_width
-        from rlhfctl.rollout.vllm_engine import (VLLM_INSTALL_HINT, VllmNotInstalled, VllmRolloutEngine,
-                                                  context_length, engine_settings as vllm_settings, vllm_installed)
-
-        if not vllm_installed():
-            raise VllmNotInstalled(f"rollout.engine: vllm needs vllm in the {self.role} workers: {VLLM_INSTALL_HINT}")
-        prompt_length = int(section(self.recipe, "data").get("max_prompt_length") or 32)
-        return VllmRolloutEngine(
-            self.model,
-            role=self.role,
-            rank=self.rank,
-            device=self.device,
-            seed=derive_seed(self.seed, self.rank, "vllm"),
-            settings={**vllm_settings(self.rollout), "enable_sleep_mode": False},
-            max_model_len=context_length(self.model, prompt_length, response_width(self.rollout)),
-            dtype=str(self.model_cfg["dtype"]),
-            local_rank=self.local_rank,
-            local_world_size=self._rank_info.local_world_size,
-        )
-
-    def _tensor_parallel_size(self) -> int:
-        """``rollout.vllm.tensor_parallel_size``, with the schema's default."""
-        from rlhfctl.rollout.vllm_engine import engine_settings as vllm_settings
-
-        return int(vllm_settings(self.rollout)["tensor_parallel_size"])
+        self.generator.start_agent()
 
     def take_inner_spans(self) -> list[tuple[str, float, float]]:
         """The vLLM engine's phases (sync, generate) and an agent rollout's rounds and tool calls inside the last call,
         for the dispatch trace."""
-        spans = self.rollout_engine.take_spans() if self.rollout_engine is not None else []
-        return spans + (self.agent_rollout.take_spans() if self.agent_rollout is not None else [])
+        return self.generator.take_spans()
 
     # ------------------------------------------------------------------ weights
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -159,49 +150,17 @@ class RolloutWorker(RoleWorker):
         """``rollout.n`` samples per prompt with ``policy_version`` and ``rollout_log_probs``; ``meta_info["draw"]``
         numbers the call (its random stream), ``meta_info["validate"]`` draws from the validation stream."""
         self._require_model()
-        params = SamplingParams.from_config(self.rollout, prompts.meta_info)
-        if prompts.meta_info.get("validate"):
-            parts: tuple[Any, ...] = (self.seed, self.rank, "validate", self.validate_calls)
-            self.validate_calls += 1
-        else:
-            parts = generation_seed_parts(self.seed, self.rank, prompts.meta_info)
-        batch = self._generate_agent(prompts, params, parts) if self.agent_rollout is not None else (
-            self._generate(prompts, params, parts))
+        params = self.generator.sampling_params(prompts.meta_info)
+        parts = self.generator.seed_parts(prompts.meta_info)
+        batch = self.generator.generate(prompts, params, parts)
         for key in _DRAW_KEYS:  # the call's own numbering: chunks of one batch are joined later
             batch.meta_info.pop(key, None)
         batch.batch["policy_version"] = torch.full((len(batch),), self.policy_version, dtype=torch.int64)
         return batch
-
-    def _generate(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
-        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
-        eos_ids = eos_token_ids(self.tokenizer, self.model)
-        pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0])
-        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
-        if self.rollout_engine is not None:
-            responses, response_mask, log_probs = self.rollout_engine.generate(
-                self.model, ids, mask, params, eos_ids=eos_ids, pad_id=pad_id, seed=derive_seed(*parts))
-        else:
-            responses, response_mask, log_probs = sample_responses(
-                self.model, ids.to(self.device), mask.to(self.device), params, eos_ids=eos_ids, pad_id=pad_id,
-                generator=make_generator(self.device, *parts), samples_per_prompt=params.n, with_log_probs=True)
-        return rollout_batch(prompts, responses.cpu(), response_mask.cpu(), self.tokenizer, params,
-                             {"rollout_log_probs": log_probs.cpu()})
-
-    def _generate_agent(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
-        """Multi-turn trajectories with tool calls (``rollout.multi_turn``), each round on this rank's engine."""
-        self._require_keys(prompts, ("input_ids", "attention_mask"), "generate_sequences")
-        agent = self.agent_rollout
-        if self.rollout_engine is not None:
-            batch_generate = self.rollout_engine.batch_generate(self.model, params, eos_ids=agent.eos_ids,
-                                                                seed=derive_seed(*parts))
-        else:
-            batch_generate = hf_batch_generate(self.model, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id,
-                                               device=self.device, generator=make_generator(self.device, *parts))
-        return agent.generate(prompts, params, batch_generate)
 
     @register(dispatch_mode=ONE_TO_ALL_FIRST)
     def sync_probe(self) -> DataProto:
         """The fixed probe prompts' samples with this engine's log-probs, for the actor's ``check_weight_sync``."""
         self._require_model()
         prompts = probe_prompts(vocab_of(self.tokenizer, self.model.config))
-        return self._generate(prompts, PROBE_PARAMS, (self.seed, self.rank, "sync-probe", self.policy_version))
+        return self.generator.sample(prompts, PROBE_PARAMS, (self.seed, self.rank, "sync-probe", self.policy_version))

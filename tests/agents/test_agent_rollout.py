@@ -262,10 +262,10 @@ def test_packed_and_padded_passes_score_a_holed_batch_alike(agent_actor, rollout
 
 
 def test_the_policy_tokens_of_each_row_are_the_tokens_the_hf_engine_generated(agent_actor, monkeypatch):
-    import workers.actor as actor_module
+    import rlhfctl.rollout.generator as generator_module  # the actor generates through its Generator
 
     generated: dict[int, list[int]] = {}
-    original = actor_module.hf_batch_generate
+    original = generator_module.hf_batch_generate
 
     def recording(*args, **kwargs):
         inner = original(*args, **kwargs)
@@ -278,7 +278,7 @@ def test_the_policy_tokens_of_each_row_are_the_tokens_the_hf_engine_generated(ag
 
         return generate
 
-    monkeypatch.setattr(actor_module, "hf_batch_generate", recording)
+    monkeypatch.setattr(generator_module, "hf_batch_generate", recording)
     out = agent_actor.generate_sequences(digits_prompts(2))
     mask = out.batch["response_mask"].bool()
     for row in range(len(out)):
