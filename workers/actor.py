@@ -16,16 +16,15 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import rollout_on_own_pool, samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import scoring, serving
-from rlhfctl.engine.log_probs import position_ids_from_mask, response_log_probs, sequence_log_probs
-from rlhfctl.engine.lora import adapter_disabled, apply_lora, is_lora
+from rlhfctl.engine.log_probs import position_ids_from_mask, sequence_log_probs
 from rlhfctl.engine.memory import StateObserver
 from rlhfctl.engine.micro_batches import loss_token_counts
 from rlhfctl.engine.offload import on_device
-from rlhfctl.recipe.sections import ACTOR_DEFAULTS, kl_config, model_config, optim_config, role_config, rollout_config, trainer_config
+from rlhfctl.recipe.sections import kl_config, rollout_config, trainer_config
 from rlhfctl.agents.trajectory import response_width
 from rlhfctl.rollout.generator import Generator
 from rlhfctl.rollout.sync_probe import log_prob_gap
-from workers.trainable import TrainableRoleWorker
+from workers.policy_model import PolicyModelWorker, ResponseScoring
 from rlhfctl.rollout.weight_sender import WeightSender
 from rlhfctl.engine.training import allreduce_mean
 
@@ -35,7 +34,7 @@ _UPDATE_KEYS = ("input_ids", "attention_mask", "responses", "response_mask", "ad
 _OPTIONAL_KEYS = ("position_ids", "old_log_probs", "ref_log_prob", "rollout_log_probs")
 
 
-class ActorWorker(TrainableRoleWorker, WeightSender):
+class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
     """The policy role: ``generate_sequences``, ``compute_log_prob``, ``update_actor`` and checkpoints.
 
     With ``roles.actor.lora`` set, only the adapter trains and ``compute_ref_log_prob`` gives the
@@ -47,14 +46,10 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
         super().__init__(recipe, role)
-        self.config = role_config(self.recipe, self.role, ACTOR_DEFAULTS)
-        self.model_cfg = model_config(self.recipe, self.role)
-        self.optim_cfg = optim_config(self.recipe, self.role)
         self.rollout = rollout_config(self.recipe)
         self.kl = kl_config(self.recipe)
         # The engine choice, vLLM engine, agent rollout and the seeding of each call (rlhfctl/rollout/generator.py).
         self.generator = Generator(self.rollout, role=self.role, seed=self.seed, rank=self.rank, colocated=True)
-        self.update_calls = 0
 
     @property
     def rollout_engine(self) -> Any:
@@ -102,15 +97,6 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
                 probe_gap=self._probe_gap,
             )
 
-    def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
-        from rlhfctl.models.loading import load_causal_lm
-
-        model = self._load_trained(load_causal_lm, model_cfg)
-        lora = self.config.get("lora")
-        if lora is not None and lora is not False:  # `lora: {}` or `lora: true` means the defaults
-            model = apply_lora(model, {} if lora is True else lora, seed=self.seed)
-        return model
-
     def _probe_gap(self, probe: DataProto) -> tuple[float, int]:
         """The actor's log-probs of a sync probe's samples against the engine's: mean gap and token count."""
         self.module.eval()
@@ -149,38 +135,6 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
         with scoring(self.module, self.engine):
             log_probs, entropy = self._response_log_probs(data, with_entropy=True)
         return DataProto.from_dict({"old_log_probs": log_probs, "entropys": entropy})
-
-    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
-    @on_device
-    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """Reference log-probs (``ref_log_prob``) with the LoRA adapter disabled; LoRA actors only."""
-        self._require_model()
-        if not is_lora(self.module):
-            raise RuntimeError(
-                f"{self.role}.compute_ref_log_prob works only with a LoRA actor (roles.{self.role}.lora set), "
-                "where the base weights are the reference; otherwise run a ReferenceWorker (roles.reference)"
-            )
-        self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
-        self.module.eval()
-        with scoring(self.module, self.engine), adapter_disabled(self.module):
-            log_probs, _ = self._response_log_probs(data, with_entropy=False)
-        return DataProto.from_dict({"ref_log_prob": log_probs})
-
-    def _response_log_probs(self, data: DataProto, *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probs (and entropies) of ``data``'s responses under the module as it is, micro-batched."""
-        return response_log_probs(
-            self.module,
-            data.batch,
-            device=self.device,
-            micro_batch_size=self.config["micro_batch_size"],
-            temperature=self._temperature(data),
-            with_entropy=with_entropy,
-            padding_free=self.padding_free(self.module),
-        )
-
-    def _temperature(self, data: DataProto) -> float:
-        value = data.meta_info.get("temperature", self.rollout["temperature"])
-        return float(value) if value is not None else 1.0
 
     # ------------------------------------------------------------------ training
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
@@ -257,11 +211,8 @@ class ActorWorker(TrainableRoleWorker, WeightSender):
                 f"{self.update_calls + 1}, {lag} versions old, past trainer.max_staleness={bound}"
             )
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    @on_device
-    def load_checkpoint(self, directory: str) -> None:
-        """Restore ``<directory>/<role>/``; the engine takes the restored weights before its next rollout."""
-        super().load_checkpoint(directory)
+    def _after_load(self) -> None:
+        """The engine takes the restored weights before its next rollout."""
         if self.rollout_engine is not None:
             self.rollout_engine.weights_current = False
 

@@ -22,10 +22,10 @@ from torch import nn
 from rlhfctl.algorithms.preference_losses import dpo_loss
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
-from workers.actor import ActorWorker
+from workers.policy_model import PolicyModelWorker, ResponseScoring
 from rlhfctl.engine.log_probs import sequence_log_probs
 from rlhfctl.engine.offload import on_device
-from rlhfctl.recipe.sections import section
+from rlhfctl.recipe.sections import rollout_config, section
 from rlhfctl.engine.placement import serving
 from rlhfctl.engine.training import allreduce_mean
 
@@ -48,11 +48,13 @@ def response_logps(
     return sums[:rows], sums[rows:]
 
 
-class DPOWorker(ActorWorker):
-    """The policy trained on preference pairs: ``train_dpo``, ``eval_dpo``, plus everything an actor has."""
+class DPOWorker(ResponseScoring, PolicyModelWorker):
+    """The policy trained on preference pairs: ``train_dpo``, ``eval_dpo``, plus the policy model's set-up,
+    checkpoints and export, and ``compute_ref_log_prob`` (a LoRA policy's own reference)."""
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
         super().__init__(recipe, role)
+        self.rollout = rollout_config(self.recipe)  # the temperature of compute_ref_log_prob, as the actor's
         beta = section(self.recipe, "algorithm").get("beta")
         self.beta = float(beta) if beta is not None else 0.1
 

@@ -1,7 +1,7 @@
 """SFTWorker: supervised fine-tuning of the policy on demonstrations (loss on the tokens ``loss_mask`` marks).
 
-It is an :class:`ActorWorker` (same model, LoRA, DDP, optimizer, scheduler, checkpoints and
-``export_hf``) with two more registered methods:
+It is a :class:`workers.policy_model.PolicyModelWorker` (the actor's model, LoRA, DDP/FSDP2, optimizer,
+scheduler, checkpoints and ``export_hf``, without its rollout) with two registered methods of its own:
 
 - ``train_sft(batch)``: one optimizer step on the batch (micro-batched with gradient accumulation by
   ``roles.actor.micro_batch_size``), the loss being the mean negative log-likelihood over **all
@@ -27,7 +27,7 @@ from torch import nn
 
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
-from workers.actor import ActorWorker
+from workers.policy_model import PolicyModelWorker
 from rlhfctl.engine.forward import lm_forward
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.placement import serving
@@ -65,8 +65,9 @@ def _global_sum(value: float, device: torch.device) -> float:
     return float(total.item())
 
 
-class SFTWorker(ActorWorker):
-    """The policy trained on demonstrations: ``train_sft``, ``eval_sft``, plus everything an actor has."""
+class SFTWorker(PolicyModelWorker):
+    """The policy trained on demonstrations: ``train_sft``, ``eval_sft``, plus the policy model's set-up,
+    checkpoints and export."""
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     @on_device
