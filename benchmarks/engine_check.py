@@ -25,9 +25,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from flops import shares
+from flops import matmul_peak, shares
+from rlhfctl.protocol import DataProto
+from rlhfctl.recipe.memory_plan import plan_memory
+from rlhfctl.recipe.pools import PoolInfo
+from rlhfctl.recipe.resolved import resolve_mapping
+from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup
 
 # Qwen2.5-0.5B's architecture (config.json of Qwen/Qwen2.5-0.5B-Instruct), built with random weights.
 QWEN_05B = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
@@ -84,28 +90,23 @@ class PhaseMeter:
 
 
 def _planned_phases(recipe: dict, on_cuda: bool) -> tuple[Any, dict[str, int]]:
-    """The memory plan ``rlhfctl validate`` shows for ``recipe``: rank 0's role entry and its bytes per phase."""
-    from rlhfctl.recipe.memory_plan import plan_memory
-    from rlhfctl.recipe.pools import PoolInfo
+    """The memory plan ``rlhfctl validate`` shows for ``recipe``: rank 0's role entry and its bytes per phase.
 
-    plan = plan_memory(recipe, {"main": PoolInfo("main", ("actor",), (1,), on_cuda, 4, None)})
+    The check runs ``compute_log_prob`` whatever the recipe needs, so the plan is of the recipe taking that pass
+    (a second epoch: the plan reads nothing else of ``ppo_epochs``); the workers get ``recipe`` as it is."""
+    with_log_probs = {**recipe, "trainer": {**recipe["trainer"], "ppo_epochs": 2}}
+    plan = plan_memory(resolve_mapping(with_log_probs), {"main": PoolInfo("main", ("actor",), (1,), on_cuda, 4, None)})
     by_call = plan.phase_bytes("main", 0, allocated_only=True)  # what max_memory_allocated can see
     return plan.roles[0].largest, {phase: by_call[call] for phase, call in PHASES.items() if call in by_call}
 
 
 def _prompt_batch(prompts: int, seed: int) -> Any:
-    import numpy as np
-
-    from rlhfctl.protocol import DataProto
-
     ids = torch.randint(5, 60, (prompts, 16), generator=torch.Generator().manual_seed(seed))
     return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids)},
                                non_tensors={"uid": np.asarray([f"p{i}" for i in range(prompts)], dtype=object)})
 
 
 def _with_advantages(rollout: Any, old: Any, seed: int) -> Any:
-    from rlhfctl.protocol import DataProto
-
     advantages = torch.randn(rollout.batch["responses"].shape, generator=torch.Generator().manual_seed(seed))
     return rollout.union(old).union(DataProto.from_dict({"advantages": advantages}))
 
@@ -155,9 +156,7 @@ def engine_check(prompts: int, samples: int, response: int, model_config: dict |
                  prefix: str = "engine") -> dict:
     """FSDP2 world 1, bf16 compute, on the Qwen2.5-0.5B shape by default: throughput, MFU, per-phase memory
     against the plan, and a sharded save/reload; keys start with ``prefix``."""
-    from rlhfctl.single_controller import ClassWithInitArgs, LocalWorkerGroup
-    from workers import ActorWorker
-    from flops import matmul_peak
+    from workers import ActorWorker  # transformers via the workers: loaded when the check runs, not when gpu_check imports this
 
     on_cuda = device == "cuda"
     recipe = engine_recipe(prompts, samples, response, model_config or QWEN_05B, use_gpu=on_cuda, lora=lora)

@@ -13,14 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, rollout_pool
-
-if TYPE_CHECKING:
-    from rlhfctl.recipe.memory_plan import RoleMemory
+from rlhfctl.engine.forward import SCORED_HEAD_FAMILIES
+from rlhfctl.recipe.check_tensor_parallel import shard_problems
+from rlhfctl.recipe.memory_state import PlannedModel, RoleMemory
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, samples_per_rank
+from rlhfctl.recipe.specs import Recipe
+from rlhfctl.recipe.stages import STAGES, StageAlgorithm
+from rlhfctl.rollout.vllm_engine import engine_settings
 
 __all__ = [
     "CONTEXT_BYTES",
@@ -34,7 +37,6 @@ __all__ = [
     "ModelShape",
     "Phase",
     "PlannedRole",
-    "RoleSpec",
     "Term",
     "engine_fit",
     "generating_role",
@@ -104,21 +106,12 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class RoleSpec:
-    role: str
-    kind: str  # causal | value | classifier
-    trainable: bool
-    model_cfg: dict[str, Any]
-
-
-@dataclass(frozen=True)
 class PlannedRole:
     """A role's state plan with what its per-call terms need."""
 
-    memory: "RoleMemory"
-    spec: RoleSpec
+    memory: RoleMemory
+    spec: PlannedModel
     shape: ModelShape
-    section: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -165,7 +158,7 @@ class ModelShape:
 
 def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> ModelShape:
     """The sizes of a (meta) model the terms need; its decoder layers as ``rlhfctl.engine.placement`` finds them for FSDP2."""
-    from rlhfctl.engine.placement import decoder_layers
+    from rlhfctl.engine.placement import decoder_layers  # keeps transformers (models.loading) off the CLI's fast path
 
     config = model.config
     heads = int(config.num_attention_heads)
@@ -203,59 +196,41 @@ def _active_intermediate(config: Any) -> tuple[int, str]:
     return int(active) * width + shared, note
 
 
-# ------------------------------------------------------------------ the recipe's sizes, schema defaults filled in
+# ------------------------------------------------------------------ the recipe's sizes
 
 
-def stage_of(recipe: Mapping[str, Any]) -> Any:
+def stage_of(recipe: Recipe) -> StageAlgorithm | None:
     """The supervised stage ``algorithm.name`` names (``rlhfctl.recipe.stages.STAGES``), or None for the PPO family."""
-    from rlhfctl.recipe.stages import STAGES
-
-    return STAGES.get(str((recipe.get("algorithm") or {}).get("name") or "ppo"))
+    return None if recipe.stage is None else STAGES[recipe.stage]
 
 
-def generating_role(recipe: Mapping[str, Any]) -> str:
+def generating_role(recipe: Recipe) -> str:
     """The role whose processes generate and hold the engine: ``rollout`` with ``rollout.placement: separate`` (PPO
     family only), else the actor."""
-    return ROLLOUT_ROLE if stage_of(recipe) is None and rollout_pool(recipe) is not None else "actor"
+    return ROLLOUT_ROLE if recipe.stage is None and recipe.rollout.pool is not None else "actor"
 
 
-def generation_rows(recipe: Mapping[str, Any], world: int) -> int:
+def generation_rows(recipe: Recipe, world: int) -> int:
     """Rows one rank of the generating role samples per generate call: ``samples_per_step`` / ``world``, over
     ``rollout.stream_chunks`` calls with a separate rollout group (a colocated actor generates in one call)."""
-    from rlhfctl.recipe.sections import rollout_config
-
-    chunks = int(rollout_config(recipe)["stream_chunks"]) if generating_role(recipe) == ROLLOUT_ROLE else 1
+    chunks = int(recipe.rollout.settings.stream_chunks) if generating_role(recipe) == ROLLOUT_ROLE else 1
     return math.ceil(samples_per_step(recipe) / chunks / world)
 
 
-def rollout_engine(recipe: Mapping[str, Any]) -> str:
-    """``rollout.engine`` with the schema's default."""
-    from rlhfctl.recipe.sections import rollout_config
-
-    return str(rollout_config(recipe)["engine"])
+def rollout_engine(recipe: Recipe) -> str:
+    """``rollout.engine``."""
+    return recipe.rollout.engine
 
 
-def _data(recipe: Mapping[str, Any]) -> dict[str, Any]:
-    from rlhfctl.recipe.schema import DataConfig, defaults_of
-    from rlhfctl.recipe.sections import section
-
-    return {**defaults_of(DataConfig), **{k: v for k, v in section(recipe, "data").items() if v is not None}}
-
-
-def sequence_length(recipe: Mapping[str, Any]) -> int:
+def sequence_length(recipe: Recipe) -> int:
     """Prompt + response tokens of a rollout row (``data.max_prompt_length`` + the response width: ``rollout.max_new_tokens``,
     or ``multi_turn.max_response_tokens`` for agent rollouts)."""
-    from rlhfctl.agents.trajectory import response_width
-    from rlhfctl.recipe.sections import rollout_config
-
-    return int(_data(recipe)["max_prompt_length"]) + response_width(rollout_config(recipe))
+    return int(recipe.data.max_prompt_length) + recipe.rollout.response_width
 
 
-def samples_per_step(recipe: Mapping[str, Any]) -> int:
-    """``trainer.batch_size`` x ``rollout.n``, the schema's defaults filled in."""
-    from rlhfctl.recipe.sections import rollout_config, trainer_config
-
-    return int(trainer_config(recipe)["batch_size"]) * int(rollout_config(recipe)["n"])
+def samples_per_step(recipe: Recipe) -> int:
+    """``trainer.batch_size`` x ``rollout.n``."""
+    return int(recipe.trainer.batch_size) * int(recipe.rollout.settings.n)
 
 
 # ------------------------------------------------------------------ the terms of each call
@@ -293,7 +268,7 @@ def _state_terms(planned: PlannedRole, rank: int, call: str, group: str) -> list
     return terms
 
 
-def _param_bytes(memory: "RoleMemory", shape: ModelShape) -> str:
+def _param_bytes(memory: RoleMemory, shape: ModelShape) -> str:
     """Bytes per parameter of a role's weights: float32 masters trained, compute dtype frozen; a LoRA actor's frozen
     base in compute dtype and its adapter as float32 masters."""
     trained, c = memory.trainable_parameters, shape.compute_bytes
@@ -330,8 +305,7 @@ def _scoring_weights(planned: PlannedRole) -> list[Term]:
 
 def _logit_chunk(shape: ModelShape) -> int | None:
     """Tokens a log-prob pass scores at once: the pass's own chunk where the model's head scores in chunks, else None."""
-    from rlhfctl.engine.forward import SCORED_HEAD_FAMILIES
-    from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS  # the chunk's one home
+    from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS  # the chunk's one home; keeps transformers off the CLI's fast path
 
     return int(LOGITS_CHUNK_TOKENS) if LOGITS_CHUNK_TOKENS and shape.model_type in SCORED_HEAD_FAMILIES else None
 
@@ -408,13 +382,10 @@ class _Engine:
     between: tuple[Term, ...]
 
 
-def _vllm_engine(recipe: Mapping[str, Any], holder: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
+def _vllm_engine(recipe: Recipe, holder: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
     """vLLM's share while awake (``gpu_memory_utilization`` x the device) and its residue asleep; on CPU its weights + KV.
     ``holder`` is the generating role; the rollout group's engine never sleeps (its pool trains nothing)."""
-    from rlhfctl.recipe.sections import rollout_config
-    from rlhfctl.rollout.vllm_engine import engine_settings
-
-    settings, role, shape = engine_settings(rollout_config(recipe)), holder.memory.role, holder.shape
+    settings, role, shape = engine_settings(recipe.rollout.settings), holder.memory.role, holder.shape
     t = int(settings["tensor_parallel_size"])
     if not use_gpu:
         weights = math.ceil(served_parameters(holder) / t) * shape.compute_bytes
@@ -490,21 +461,16 @@ def _engine_bytes(shape: ModelShape, parameters: int, t: int, tokens: int) -> tu
 def _tensor_parallel_options(shape: ModelShape, nodes: tuple[int, ...]) -> list[int]:
     """Tensor-parallel sizes an engine may take: dividing the ranks of every node (one engine stays on one node) and
     passing vLLM's sharding rules (:func:`rlhfctl.recipe.check_tensor_parallel.shard_problems`, their one home)."""
-    from rlhfctl.recipe.check_tensor_parallel import shard_problems
-
     fields = {"num_attention_heads": shape.attention_heads, "num_key_value_heads": shape.kv_heads,
               "intermediate_size": shape.intermediate_size or None}
     return [t for t in range(1, min(nodes) + 1)
             if all(ranks % t == 0 for ranks in nodes) and not shard_problems(t, fields, shape.vocab)]
 
 
-def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, nodes: tuple[int, ...], device_memory: int) -> EngineFit:
+def engine_fit(recipe: Recipe, holder: PlannedRole, nodes: tuple[int, ...], device_memory: int) -> EngineFit:
     """The vLLM engine of the generating role ``holder``, on a pool of ``nodes`` ranks per node, against its share of
     a ``device_memory`` device."""
-    from rlhfctl.recipe.sections import rollout_config
-    from rlhfctl.rollout.vllm_engine import engine_settings
-
-    settings, shape, served = engine_settings(rollout_config(recipe)), holder.shape, served_parameters(holder)
+    settings, shape, served = engine_settings(recipe.rollout.settings), holder.shape, served_parameters(holder)
     t, tokens = int(settings["tensor_parallel_size"]), sequence_length(recipe)
     weights, kv = _engine_bytes(shape, served, t, tokens)
     options = tuple((size, sum(_engine_bytes(shape, served, size, tokens)))
@@ -516,12 +482,12 @@ def engine_fit(recipe: Mapping[str, Any], holder: PlannedRole, nodes: tuple[int,
                      options, formula)
 
 
-def _hf_rollout(recipe: Mapping[str, Any], holder: PlannedRole, rank: int) -> tuple[Term, ...]:
+def _hf_rollout(recipe: Recipe, holder: PlannedRole, rank: int) -> tuple[Term, ...]:
     """The hf sampler of the generating role (the actor, or a rollout rank's replica): the whole model gathered (fsdp2),
     the KV cache, the prefill's activations, the step's logits."""
     role, shape = holder.memory.role, holder.shape
     rows = generation_rows(recipe, holder.memory.world_size)
-    prompt, length = int(_data(recipe)["max_prompt_length"]), sequence_length(recipe)
+    prompt, length = int(recipe.data.max_prompt_length), sequence_length(recipe)
     kv = holder.memory.ranks[rank].kv_cache_bytes
     prefill = rows * prompt * shape.forward_width * shape.compute_bytes
     sampling = rows * shape.vocab * _FP32 * LOGIT_FP32_COPIES
@@ -534,19 +500,16 @@ def _hf_rollout(recipe: Mapping[str, Any], holder: PlannedRole, rank: int) -> tu
     )
 
 
-def _sync_bucket(recipe: Mapping[str, Any], shape: ModelShape) -> tuple[int, str]:
+def _sync_bucket(recipe: Recipe, shape: ModelShape) -> tuple[int, str]:
     """Bytes of one weight-sync bucket in compute dtype, and its formula: ``rollout.vllm.sync_bucket_mib``, or the
     largest tensor when that is larger (a bucket holds whole tensors), at most the whole model."""
-    from rlhfctl.recipe.sections import rollout_config
-    from rlhfctl.rollout.vllm_engine import engine_settings
-
-    mib, c = float(engine_settings(rollout_config(recipe))["sync_bucket_mib"]), shape.compute_bytes
+    mib, c = float(engine_settings(recipe.rollout.settings)["sync_bucket_mib"]), shape.compute_bytes
     size = min(shape.parameters * c, max(int(mib * 2**20), shape.largest_tensor * c))
     return size, (f"max(rollout.vllm.sync_bucket_mib {mib:g} MiB, largest tensor {_count(shape.largest_tensor)} x {c} B), "
                   f"at most the whole model ({_count(shape.parameters)} x {c} B)")
 
 
-def _send_terms(recipe: Mapping[str, Any], actor: PlannedRole, rank: int) -> list[Term]:
+def _send_terms(recipe: Recipe, actor: PlannedRole, rank: int) -> list[Term]:
     """The actor's end of a sync: every rank gathers (fsdp2) or casts one bucket at a time in compute dtype, never the
     whole model; rank 0 also packs it into the byte buffer it broadcasts to the rollout ranks."""
     size, rule = _sync_bucket(recipe, actor.shape)
@@ -559,7 +522,7 @@ def _send_terms(recipe: Mapping[str, Any], actor: PlannedRole, rank: int) -> lis
     return terms
 
 
-def _receive_terms(recipe: Mapping[str, Any], rollout: PlannedRole) -> list[Term]:
+def _receive_terms(recipe: Recipe, rollout: PlannedRole) -> list[Term]:
     """A rollout rank's end of a sync: one received bucket as a byte buffer, alive until the next one arrives."""
     size, rule = _sync_bucket(recipe, rollout.shape)
     return [Term(f"{ROLLOUT_ROLE} received bucket", ROLLOUT_ROLE, "sync", size,
@@ -569,61 +532,36 @@ def _receive_terms(recipe: Mapping[str, Any], rollout: PlannedRole) -> list[Term
 # ------------------------------------------------------------------ the calls of a step, per process
 
 
-def _role_settings(recipe: Mapping[str, Any], role: str) -> dict[str, Any]:
-    from rlhfctl.recipe import sections
-
-    defaults = {"actor": sections.ACTOR_DEFAULTS, "reference": sections.REFERENCE_DEFAULTS,
-                "critic": sections.CRITIC_DEFAULTS, "reward": sections.REWARD_DEFAULTS}[role]
-    return sections.role_config(recipe, role, defaults)
-
-
-def _needs_old_log_probs(recipe: Mapping[str, Any]) -> bool:
-    from rlhfctl.recipe.resolve import needs_old_log_probs
-
-    try:
-        return needs_old_log_probs(recipe)
-    except (KeyError, TypeError, ValueError):  # a partial recipe (a test's, a script's): count the pass
-        return True
-
-
-def _update_call(recipe: Mapping[str, Any], planned: PlannedRole, rank: int, rows: int, length: int, response: int) -> list[Term]:
+def _update_call(recipe: Recipe, planned: PlannedRole, rank: int, rows: int, length: int, response: int) -> list[Term]:
     """An update's micro-batch: ``micro_batch_tokens`` tokens, or ``micro_batch_size`` (else a mini-batch's) rows."""
-    from rlhfctl.recipe.resolve import samples_per_rank
-    from rlhfctl.recipe.sections import rollout_config
-
-    settings = _role_settings(recipe, planned.memory.role)
+    settings = recipe.roles[planned.memory.role].settings  # the reward role (reward_model) has no mini-batch keys: None
     budget = settings.get("micro_batch_tokens")
     micro = settings.get("micro_batch_size") or samples_per_rank(
-        settings.get("mini_batch_size"), int(rollout_config(recipe)["n"]), planned.memory.world_size, rows)
+        settings.get("mini_batch_size"), int(recipe.rollout.settings.n), planned.memory.world_size, rows)
     tokens, logit_tokens = (int(budget), int(budget)) if budget else (micro * length, micro * (response + 1))
-    checkpointing = bool(planned.spec.model_cfg.get("gradient_checkpointing"))
+    checkpointing = bool(planned.spec.model.gradient_checkpointing)
     role = planned.memory.role  # a token budget holds one whole sequence at least
     knob = f"roles.{role}.micro_batch_tokens={budget},{length}" if budget else f"roles.{role}.micro_batch_size={micro}"
     return _update_terms(planned, rank, tokens, logit_tokens, checkpointing, knob)
 
 
-def _ppo_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int,
+def _ppo_calls(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int,
                engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
     """(call, group, its own terms) for the PPO step's calls of the roles in one process, in step order."""
-    from rlhfctl.recipe.resolve import reference_source
-    from rlhfctl.recipe.sections import rollout_config
-
-    from rlhfctl.agents.trajectory import response_width
-
-    length, response = sequence_length(recipe), response_width(rollout_config(recipe))
+    length, response = sequence_length(recipe), recipe.rollout.response_width
     rows = {role: math.ceil(samples_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
-    micro = {role: _role_settings(recipe, role).get("micro_batch_size") for role in roles if role not in ("reward", ROLLOUT_ROLE)}
+    micro = {role: recipe.roles[role].settings.get("micro_batch_size") for role in roles if role not in ("reward", ROLLOUT_ROLE)}
     calls = _generate_call(recipe, roles, rank, engine)
     if "reward" in roles:
-        batch = _role_settings(recipe, "reward").get("batch_size") or rows["reward"]
+        batch = recipe.roles["reward"].settings.batch_size or rows["reward"]  # null: the whole shard
         calls.append(("reward.compute_rewards", LOG_PROBS, _pass_terms(roles["reward"], min(batch, rows["reward"]), length, response)))
     if "reference" in roles:
         calls.append(("reference.compute_ref_log_prob", LOG_PROBS, _pass_terms(roles["reference"], rows["reference"], length, response)))
-    elif "actor" in roles and reference_source(recipe) == "actor":
+    elif "actor" in roles and recipe.step.reference_source == "actor":
         calls.append(("actor.compute_ref_log_prob", LOG_PROBS, _micro_pass(roles["actor"], micro, rows, length, response)))
     if "critic" in roles:
         calls.append(("critic.compute_values", LOG_PROBS, _micro_pass(roles["critic"], micro, rows, length, response)))
-    if "actor" in roles and _needs_old_log_probs(recipe):
+    if "actor" in roles and recipe.step.needs_old_log_probs:
         calls.append(("actor.compute_log_prob", LOG_PROBS, _micro_pass(roles["actor"], micro, rows, length, response)))
     for role, method in (("critic", "update_critic"), ("actor", "update_actor")):
         if role in roles:
@@ -639,7 +577,7 @@ def _micro_pass(planned: PlannedRole, micro: Mapping[str, Any], rows: Mapping[st
     return _pass_terms(planned, size, length, response, f"roles.{role}.micro_batch_size={size}")
 
 
-def _generate_call(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int,
+def _generate_call(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int,
                    engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
     """The rollout, where the generating role (:func:`generating_role`) is in this process: its engine's terms."""
     role = generating_role(recipe)
@@ -649,7 +587,7 @@ def _generate_call(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], 
     return [(f"{role}.generate_sequences", ROLLOUT, terms)]
 
 
-def _sync_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
+def _sync_calls(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
     """The weight channel's two ends with ``rollout.placement: separate``: the actor's send after its update, and
     the rollout group's receive (queued behind the generations already sent)."""
     if generating_role(recipe) != ROLLOUT_ROLE:
@@ -662,17 +600,15 @@ def _sync_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], ran
     return calls
 
 
-def _stage_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
+def _stage_calls(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int) -> list[tuple[str, str, list[Term]]]:
     """A supervised stage's calls: dpo's reference pass, then the trained role's training step."""
-    from rlhfctl.recipe.sections import trainer_config
-
     stage = stage_of(recipe)
     assert stage is not None
-    length = int(_data(recipe)["max_length"])
+    length = int(recipe.data.max_length)
     pairs = 2 if stage.record_kind == "preferences" else 1
     calls: list[tuple[str, str, list[Term]]] = []
     for role, planned in roles.items():
-        rows = math.ceil(int(trainer_config(recipe)["batch_size"]) / planned.memory.world_size) * pairs
+        rows = math.ceil(int(recipe.trainer.batch_size) / planned.memory.world_size) * pairs
         if role == stage.trained_role:
             calls.append((f"{role}.{stage.methods[1]}", UPDATE, _update_call(recipe, planned, rank, rows, length, length - 1)))
         elif role == "reference":
@@ -680,7 +616,7 @@ def _stage_calls(recipe: Mapping[str, Any], roles: Mapping[str, PlannedRole], ra
     return calls
 
 
-def pool_phases(recipe: Mapping[str, Any], members: list[PlannedRole], use_gpu: bool, device_memory: int | None) -> list[Phase]:
+def pool_phases(recipe: Recipe, members: list[PlannedRole], use_gpu: bool, device_memory: int | None) -> list[Phase]:
     """Every call of every rank of one pool's processes: the colocated roles' state, the engine (in the pool of the
     generating role), the call's own terms."""
     roles = {planned.memory.role: planned for planned in members}

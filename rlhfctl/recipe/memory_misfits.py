@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rlhfctl.recipe.memory_calls import ROLLOUT, UPDATE, EngineFit, Phase, Term
+from rlhfctl.recipe.memory_state import RoleMemory
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 
-if TYPE_CHECKING:
-    from rlhfctl.recipe.memory_plan import MemoryPlan, RoleMemory
+if TYPE_CHECKING:  # for annotations only: memory_plan imports this module, never the other way at run time
+    from rlhfctl.recipe.memory_plan import MemoryPlan
 
 __all__ = ["TIGHT_SHARE", "Misfit", "refusals", "tight_calls"]
 
@@ -147,7 +148,7 @@ def _knobs_for(term: Term, phase: Phase, over: int, plan: "MemoryPlan", pool: st
     return []
 
 
-def _offload_knob(term: Term, phase: Phase, role: "RoleMemory") -> str:
+def _offload_knob(term: Term, phase: Phase, role: RoleMemory) -> str:
     """Offload between calls where it frees this term during this call; else the always-offloaded (slow) choice."""
     own = phase.call.split(".", 1)[0] == role.role
     if term.name.endswith(" optimizer") and not (own and phase.group == UPDATE) and not role.optimizer_offload:

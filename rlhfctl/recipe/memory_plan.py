@@ -67,6 +67,7 @@ from typing import Any
 
 import torch
 
+from rlhfctl.recipe.example_prompt import has_tokenizer_files, local_directory
 from rlhfctl.recipe.memory_calls import (
     CONTEXT_BYTES,
     LOGIT_FP32_COPIES,
@@ -74,7 +75,6 @@ from rlhfctl.recipe.memory_calls import (
     EngineFit,
     Phase,
     PlannedRole,
-    RoleSpec,
     Term,
     engine_fit,
     generating_role,
@@ -86,7 +86,11 @@ from rlhfctl.recipe.memory_calls import (
     stage_of,
 )
 from rlhfctl.recipe.memory_misfits import TIGHT_SHARE, Misfit, refusals, tight_calls
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.memory_state import PlannedModel, RankMemory, RoleMemory
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, resolve_strategy
+from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL
+from rlhfctl.recipe.schema import ModelConfig
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = [
     "CONTEXT_BYTES",
@@ -97,6 +101,8 @@ __all__ = [
     "MemoryPlan",
     "Misfit",
     "Phase",
+    "PlannedModel",
+    "RankMemory",
     "RoleMemory",
     "Term",
     "parse_bytes",
@@ -132,54 +138,7 @@ parse_bytes = parse_memory_size  # the earlier name
 
 def role_strategy(role_section: Mapping[str, Any], world_size: int) -> str:
     """``roles.<role>.strategy`` as :func:`~rlhfctl.recipe.resolve.resolve_strategy` resolves it."""
-    from rlhfctl.recipe.resolve import resolve_strategy
-
     return resolve_strategy(role_section.get("strategy") or None, world_size)
-
-
-@dataclass(frozen=True)
-class RankMemory:
-    """Bytes of state one rank of one role holds."""
-
-    rank: int
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    kv_cache_bytes: int
-    offloaded: bool
-
-    @property
-    def state_bytes(self) -> int:
-        """Parameters + gradients + optimizer state (what ``memory/<role>/state_gib`` measures)."""
-        return self.param_bytes + self.grad_bytes + self.optimizer_bytes
-
-    @property
-    def device_bytes(self) -> int:
-        """The state unless offloaded, plus the hf engine's KV cache (the per-call view is :class:`Phase`)."""
-        return (0 if self.offloaded else self.state_bytes) + self.kv_cache_bytes
-
-
-@dataclass(frozen=True)
-class RoleMemory:
-    """One role's plan: what it is, and what state each of its ranks holds."""
-
-    role: str
-    pool: str
-    world_size: int
-    strategy: str
-    trainable: bool
-    param_dtype: str
-    parameters: int
-    trainable_parameters: int
-    ranks: tuple[RankMemory, ...]
-    note: str = ""
-    param_offload: bool = False  # fsdp.param_offload: the weights wait in host memory outside the role's own calls
-    optimizer_offload: bool = False  # fsdp.optimizer_offload: AdamW's moments wait in host memory outside its update
-
-    @property
-    def largest(self) -> RankMemory:
-        """The rank holding the most (rank 0 when shards are uneven)."""
-        return max(self.ranks, key=lambda rank: (rank.device_bytes, rank.state_bytes))
 
 
 @dataclass
@@ -252,7 +211,7 @@ class MemoryPlan:
 
 
 def _dtype_bytes(dtype: Any) -> int:
-    from rlhfctl.models.loading import resolve_dtype
+    from rlhfctl.models.loading import resolve_dtype  # keeps transformers off the CLI's fast path
 
     resolved = resolve_dtype(str(dtype))
     return torch.tensor([], dtype=resolved if isinstance(resolved, torch.dtype) else torch.float32).element_size()
@@ -260,11 +219,11 @@ def _dtype_bytes(dtype: Any) -> int:
 
 def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.Module:
     """The role's model with meta tensors: the same loaders the workers use, on inline config fields."""
-    from rlhfctl.models import loading
+    from rlhfctl.models import loading  # keeps transformers off the CLI's fast path
 
     inline = dict(model_cfg)
     if inline.get("path"):  # the config only, from a local directory or the HF cache: validate never downloads
-        from transformers import AutoConfig
+        from transformers import AutoConfig  # heavy: only for a checkpoint's config
 
         try:
             config = AutoConfig.from_pretrained(os.path.expanduser(str(inline["path"])), local_files_only=True,
@@ -281,7 +240,7 @@ def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.
     with torch.device("meta"):
         model = build(inline, tokenizer, dtype=None, trust_remote_code=bool(inline.get("trust_remote_code")), seed=0)
         if lora is not None and lora is not False:
-            from rlhfctl.engine.lora import apply_lora
+            from rlhfctl.engine.lora import apply_lora  # peft and transformers: only for a LoRA actor
 
             model = apply_lora(model, {} if lora is True else lora, seed=0)
     return model
@@ -324,8 +283,6 @@ def _checkpoint_tokenizer(model_cfg: Mapping[str, Any], config: Any) -> Any:
 
 def _local_tokenizer(source: str, trust_remote_code: bool) -> Any:
     """The tokenizer in ``source`` when it is a local directory or cached hub id (None when not here or unloadable)."""
-    from rlhfctl.recipe.example_prompt import has_tokenizer_files, local_directory
-
     directory = local_directory(source)
     if directory is None or not has_tokenizer_files(directory):
         return None  # a config.json alone sizes the model; the example prompt warns about the missing tokenizer
@@ -337,7 +294,7 @@ def _local_tokenizer(source: str, trust_remote_code: bool) -> Any:
 @functools.lru_cache(maxsize=8)
 def _load_tokenizer(directory: str, trust_remote_code: bool, stamp: tuple[tuple[str, int], ...]) -> Any:
     """One load per tokenizer directory and version of its files: the plan asks once per role sharing it."""
-    from rlhfctl.models import loading
+    from rlhfctl.models import loading  # keeps transformers off the CLI's fast path
 
     try:
         return loading.load_tokenizer({"path": directory}, trust_remote_code=trust_remote_code)
@@ -365,16 +322,16 @@ def _per_rank_elements(shapes: list[torch.Size], world: int, rank: int, sharded:
     return total
 
 
-def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: str, kv_rows: int) -> PlannedRole:
-    from rlhfctl.recipe.sections import section
-
-    role_section = section(recipe, "roles", spec.role)
-    model = _meta_model(spec.kind, spec.model_cfg, role_section.get("lora") if spec.role == "actor" else None)
-    strategy = "ddp" if spec.role == ROLLOUT_ROLE else role_strategy(role_section, world)  # a replica per rollout rank
-    fsdp = role_section.get("fsdp") or {}
-    offload = bool(fsdp.get("cpu_offload"))
+def _role_memory(recipe: Recipe, spec: PlannedModel, world: int, pool: str, kv_rows: int) -> PlannedRole:
+    # The rollout group has no role section: a replica per rank (ddp), nothing offloaded, no adapter.
+    settings = None if spec.role == ROLLOUT_ROLE else recipe.roles[spec.role].settings
+    lora = settings.lora if settings is not None and spec.role == "actor" else None
+    model = _meta_model(spec.kind, spec.model, lora)
+    strategy = "ddp" if settings is None else role_strategy(settings, world)
+    fsdp = None if settings is None else settings.fsdp
+    offload = fsdp is not None and bool(fsdp.cpu_offload)
     all_shapes, trained = _shapes(model, False), (_shapes(model, True) if spec.trainable else [])
-    dtype = str(spec.model_cfg.get("dtype") or "float32")
+    dtype = str(spec.model.dtype)
     shape = model_shape(model, spec.kind == "causal", _dtype_bytes(dtype))
     kv = 0
     if spec.role == generating_role(recipe) and kv_rows and rollout_engine(recipe) == "hf":
@@ -393,47 +350,49 @@ def _role_memory(recipe: Mapping[str, Any], spec: RoleSpec, world: int, pool: st
         param_dtype="float32 (master)" if spec.trainable else dtype,
         parameters=sum(math.prod(shape) for shape in all_shapes),
         trainable_parameters=sum(math.prod(shape) for shape in trained), ranks=tuple(ranks),
-        note=_role_note(recipe, spec, role_section),
-        param_offload=bool(fsdp.get("param_offload")) and not offload,
-        optimizer_offload=bool(fsdp.get("optimizer_offload")) and not offload and spec.trainable,
+        note=_role_note(recipe, spec, lora),
+        param_offload=fsdp is not None and bool(fsdp.param_offload) and not offload,
+        optimizer_offload=fsdp is not None and bool(fsdp.optimizer_offload) and not offload and spec.trainable,
     )
-    return PlannedRole(memory, spec, shape, role_section)
+    return PlannedRole(memory, spec, shape)
 
 
-def _engine_holds_weights(recipe: Mapping[str, Any], role: str) -> bool:
+def _engine_holds_weights(recipe: Recipe, role: str) -> bool:
     """True for the rollout group on the vllm engine: its HF weights are freed once the engine starts (the engine's term counts them)."""
     return role == ROLLOUT_ROLE and rollout_engine(recipe) == "vllm"
 
 
-def _role_note(recipe: Mapping[str, Any], spec: RoleSpec, role_section: Mapping[str, Any]) -> str:
+def _role_note(recipe: Recipe, spec: PlannedModel, lora: Any) -> str:
     """What the state table says beside a role: a trained LoRA adapter, or where the rollout group keeps its weights."""
     if spec.role == ROLLOUT_ROLE:
         return ("rollout replica: weights in the vLLM engine" if _engine_holds_weights(recipe, spec.role)
                 else "rollout replica in compute dtype, no optimizer")
-    return "LoRA: adapter trained" if spec.trainable and role_section.get("lora") not in (None, False) else ""
+    return "LoRA: adapter trained" if spec.trainable and lora not in (None, False) else ""
 
 
-def _role_specs(recipe: Mapping[str, Any]) -> list[RoleSpec]:
+def _planned_models(recipe: Recipe) -> list[PlannedModel]:
     """The roles with a model, what kind of model each builds, and whether it trains (the rollout group of
     ``rollout.placement: separate`` builds the actor's model, frozen)."""
-    from rlhfctl.recipe.sections import model_config
-
-    roles = recipe.get("roles") or {}
+    roles = recipe.roles
     stage = stage_of(recipe)
-    present = {name for name, section in roles.items() if section is not None}
     specs = []
-    if "actor" in present and (stage is None or stage.trained_role == "actor"):
-        specs.append(RoleSpec("actor", "causal", True, model_config(recipe, "actor")))
-    if "actor" in present and generating_role(recipe) == ROLLOUT_ROLE:  # rollout.placement: separate
-        specs.append(RoleSpec(ROLLOUT_ROLE, "causal", False, model_config(recipe, "actor")))
-    if "reference" in present and (stage is None or stage.algorithm == "dpo"):
-        specs.append(RoleSpec("reference", "causal", False, model_config(recipe, "reference", fallback="actor")))
-    if "critic" in present and stage is None:
-        specs.append(RoleSpec("critic", "value", True, model_config(recipe, "critic", fallback="actor")))
+    if "actor" in roles and (stage is None or stage.trained_role == "actor"):
+        specs.append(PlannedModel("actor", "causal", True, roles["actor"].model))
+    if "actor" in roles and generating_role(recipe) == ROLLOUT_ROLE:  # rollout.placement: separate
+        specs.append(PlannedModel(ROLLOUT_ROLE, "causal", False, roles["actor"].model))
+    if "reference" in roles and (stage is None or stage.algorithm == "dpo"):
+        specs.append(PlannedModel("reference", "causal", False, roles["reference"].model))
+    if "critic" in roles and stage is None:
+        specs.append(PlannedModel("critic", "value", True, roles["critic"].model))
     reward_trained = stage is not None and stage.trained_role == "reward"
-    if "reward" in present and (reward_trained or (stage is None and (roles["reward"] or {}).get("model"))):
-        specs.append(RoleSpec("reward", "classifier", reward_trained, model_config(recipe, "reward")))
+    if "reward" in roles and (reward_trained or (stage is None and roles["reward"].model is not None)):
+        specs.append(PlannedModel("reward", "classifier", reward_trained, _reward_model(roles["reward"].model)))
     return specs
+
+
+def _reward_model(model: ModelConfig | None) -> ModelConfig:
+    """The trained reward role's model; one left null (validate's error) is planned on the default inline architecture."""
+    return ModelConfig(config=dict(DEFAULT_INLINE_MODEL)) if model is None else model
 
 
 # ------------------------------------------------------------------ the plan
@@ -446,8 +405,8 @@ def _cuda_memory() -> int | None:
         return None
 
 
-def plan_memory(recipe: Mapping[str, Any], pools: Mapping[str, Any], device_memory: int | None = None) -> MemoryPlan:
-    """The memory plan of a resolved recipe (a plain mapping) on its pools (``rlhfctl.recipe.pools.PoolInfo``).
+def plan_memory(recipe: Recipe, pools: Mapping[str, Any], device_memory: int | None = None) -> MemoryPlan:
+    """The memory plan of a resolved recipe on its pools (``rlhfctl.recipe.pools.PoolInfo``).
 
     A role whose model cannot be built from its config here (a hub id that is not local, say) is listed
     in ``skipped`` with the reason instead, and its pool's calls leave it out.
@@ -457,7 +416,7 @@ def plan_memory(recipe: Mapping[str, Any], pools: Mapping[str, Any], device_memo
         plan.device_memory = _cuda_memory()
         plan.device_source = "cuda" if plan.device_memory else None
     members: dict[str, list[PlannedRole]] = {}
-    for spec in _role_specs(recipe):
+    for spec in _planned_models(recipe):
         pool = next((pool for pool in pools.values() if spec.role in pool.roles), None)
         if pool is None:
             continue

@@ -32,6 +32,7 @@ from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.preflight import preflight
 from rlhfctl.recipe.resolve import present_roles
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.check_reward_names import reward_notes
 from rlhfctl.recipe.stages import is_stage, stage_roles
 
@@ -116,7 +117,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(cfg)
         report.issues += stage_issues + check_placement(cfg, report.pools) + check_token_budgets(cfg)
-        report.memory = plan_memory(container, report.pools, device_memory)
+        report.memory = plan_memory(resolve(cfg), report.pools, device_memory)
         report.issues += memory_issues(report.memory)
         if report.ok:
             report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))[0]
@@ -136,7 +137,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
     report.issues += batch_issues + check_token_budgets(cfg)
-    report.memory = plan_memory(container, pools, device_memory)
+    report.memory = plan_memory(resolve(cfg), pools, device_memory)
     report.issues += memory_issues(report.memory)
     preflight_issues, report.data = preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, machine
     report.issues += preflight_issues

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from rlhfctl.cli.app import app
 from rlhfctl.recipe.memory_plan import CONTEXT_BYTES, LOGIT_FP32_COPIES, VLLM_ASLEEP_BYTES, parse_memory_size, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
+from rlhfctl.recipe.resolved import resolve_mapping
 from tests.recipe.builders import PARAMETERS_7B
 from tests.workers.recipes import tiny_recipe
 from rlhfctl.engine.log_probs import LOGITS_CHUNK_TOKENS
@@ -99,8 +100,8 @@ def test_a_call_over_the_device_exits_2_and_one_over_90_percent_is_a_warning_nam
 
 def test_a_token_budget_sizes_the_update_micro_batch():
     pools = {"main": PoolInfo("main", ("actor",), (1,), True, 4, None)}
-    by_rows = plan_memory(tiny_recipe(roles={"actor": {"micro_batch_size": 8}}), pools, 80 * GIB)
-    by_tokens = plan_memory(tiny_recipe(roles={"actor": {"micro_batch_tokens": 40}}), pools, 80 * GIB)
+    by_rows = plan_memory(resolve_mapping(tiny_recipe(roles={"actor": {"micro_batch_size": 8}}, trainer={"ppo_epochs": 2})), pools, 80 * GIB)
+    by_tokens = plan_memory(resolve_mapping(tiny_recipe(roles={"actor": {"micro_batch_tokens": 40}}, trainer={"ppo_epochs": 2})), pools, 80 * GIB)
     rows = by_rows.phase_terms("main")["actor.update_actor"]
     tokens = by_tokens.phase_terms("main")["actor.update_actor"]
     # 8 rows x (32 prompt + 8 response) tokens against a 40-token budget: 8x the activations
@@ -118,9 +119,9 @@ def test_the_logits_follow_the_log_prob_pass_chunk(monkeypatch):
     pools = {"main": PoolInfo("main", ("actor",), (1,), False, 4, None)}
     recipe = tiny_recipe(trainer={"batch_size": 64}, rollout={"max_new_tokens": 31}, roles={"actor": {"micro_batch_size": 64}})
     monkeypatch.setattr(rlhfctl.engine.log_probs, "LOGITS_CHUNK_TOKENS", 1000)
-    chunked = plan_memory(recipe, pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
+    chunked = plan_memory(resolve_mapping(recipe), pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
     monkeypatch.setattr(rlhfctl.engine.log_probs, "LOGITS_CHUNK_TOKENS", 0)  # 0: the unchunked pass
-    whole = plan_memory(recipe, pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
+    whole = plan_memory(resolve_mapping(recipe), pools).phase_terms("main")["actor.compute_log_prob"]["actor logits"]
     # a micro-batch of 64 rows (micro_batch_size) x 32 response positions = 2048 tokens, against chunks of 1000
     assert whole == chunked * 2048 / 1000
 
@@ -129,7 +130,7 @@ def test_the_vllm_share_of_an_unknown_device_is_unknown_not_zero(monkeypatch):
     from rlhfctl.recipe import memory_plan
 
     monkeypatch.setattr(memory_plan, "_cuda_memory", lambda: None)  # no --device-memory and no CUDA visible
-    plan = plan_memory(tiny_recipe(rollout={"engine": "vllm"}), {"main": PoolInfo("main", ("actor",), (1,), True, 4, None)})
+    plan = plan_memory(resolve_mapping(tiny_recipe(rollout={"engine": "vllm"}, trainer={"ppo_epochs": 2})), {"main": PoolInfo("main", ("actor",), (1,), True, 4, None)})
     assert plan.phase_terms("main")["actor.generate_sequences"]["vLLM engine (awake)"] is None
     assert [phase.unknown for phase in plan.phases["main"]] == [["vLLM engine (awake)"], [], []]
     assert plan.misfits() == []

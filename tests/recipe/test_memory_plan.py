@@ -12,6 +12,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe import load_recipe, validate_recipe
 from rlhfctl.recipe.memory_plan import parse_bytes, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
+from rlhfctl.recipe.resolved import resolve_mapping
 from rlhfctl.single_controller import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 from tests.recipe.builders import recipe_data, write_recipe
 from tests.workers.conftest import local_group
@@ -28,7 +29,7 @@ def pools(world: int, *roles: str) -> dict[str, PoolInfo]:
 
 def planned(recipe, world: int, role: str) -> float:
     """The plan's largest-rank state of ``role``, in GiB."""
-    plan = plan_memory(recipe, pools(world, "actor", "critic", "reward"))
+    plan = plan_memory(resolve_mapping(recipe), pools(world, "actor", "critic", "reward"))
     return next(item for item in plan.roles if item.role == role).largest.state_bytes / GIB
 
 
@@ -75,9 +76,9 @@ def test_a_token_budget_below_one_row_exits_2_naming_the_key(tmp_path):
 
 def test_sharding_splits_every_tensor_by_rows_and_kv_cache_follows_the_formula():
     recipe = tiny_recipe(data={"max_prompt_length": 10}, rollout={"n": 2, "max_new_tokens": 6}, trainer={"batch_size": 4})
-    replica = plan_memory(recipe, pools(1, "actor")).roles[0]
-    sharded = plan_memory(recipe, pools(2, "actor")).roles[0]
-    offloaded = plan_memory(tiny_recipe(roles={"actor": {"fsdp": {"cpu_offload": True}}}), pools(2, "actor")).roles[0]
+    replica = plan_memory(resolve_mapping(recipe), pools(1, "actor")).roles[0]
+    sharded = plan_memory(resolve_mapping(recipe), pools(2, "actor")).roles[0]
+    offloaded = plan_memory(resolve_mapping(tiny_recipe(roles={"actor": {"fsdp": {"cpu_offload": True}}})), pools(2, "actor")).roles[0]
     assert sharded.strategy == "fsdp2" and replica.strategy == "ddp"
     assert sum(rank.state_bytes for rank in sharded.ranks) == replica.ranks[0].state_bytes
     assert sharded.largest.state_bytes <= 0.51 * replica.ranks[0].state_bytes
@@ -126,7 +127,7 @@ def test_a_hub_model_that_is_not_cached_is_skipped_without_a_download(tmp_path, 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     recipe = tiny_recipe(roles={"actor": {"model": {"path": "some-org/not-downloaded"}}})
     started = time.perf_counter()
-    plan = plan_memory(recipe, pools(1, "actor"))
+    plan = plan_memory(resolve_mapping(recipe), pools(1, "actor"))
     assert time.perf_counter() - started < 20
     assert "actor" in plan.skipped and "neither a local directory nor in the Hugging Face cache" in plan.skipped["actor"]
     assert [role.role for role in plan.roles] == []

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from rlhfctl.cli.app import app
 from rlhfctl.recipe import load_recipe, validate_recipe
 from rlhfctl.recipe.memory_plan import CONTEXT_BYTES, LOGIT_FP32_COPIES, plan_memory
 from rlhfctl.recipe.pools import PoolInfo, resolve_pools
+from rlhfctl.recipe.resolved import resolve, resolve_mapping
 from tests.recipe.builders import PARAMETERS_7B
 from tests.workers.recipes import tiny_recipe
 
@@ -33,7 +33,7 @@ def overrides(qwen_7b: Path, *extra: str) -> list[str]:
 def plan(qwen_7b: Path, *extra: str, device_memory: int = 80 * GIB):
     """The plan of colocated-8gpu with the 7B model, ``extra`` overrides, on its resolved pools."""
     cfg = load_recipe(RECIPE, overrides(qwen_7b, *extra))
-    return plan_memory(OmegaConf.to_container(cfg, resolve=True), resolve_pools(cfg), device_memory)
+    return plan_memory(resolve(cfg), resolve_pools(cfg), device_memory)
 
 
 def bucket_7b() -> int:
@@ -128,8 +128,8 @@ def test_stream_chunks_split_the_rollout_ranks_rows_over_calls():
     pools = {"global": PoolInfo("global", ("actor", "reward"), (1,), False, 4, None),
              "gen": PoolInfo("gen", ("rollout",), (2,), False, 4, None)}
     separate = {"placement": "separate", "pool": "gen", "engine": "hf"}
-    whole = plan_memory(tiny_recipe(rollout=separate, trainer={"batch_size": 8}), pools)
-    chunked = plan_memory(tiny_recipe(rollout={**separate, "stream_chunks": 2}, trainer={"batch_size": 8}), pools)
+    whole = plan_memory(resolve_mapping(tiny_recipe(rollout=separate, trainer={"batch_size": 8})), pools)
+    chunked = plan_memory(resolve_mapping(tiny_recipe(rollout={**separate, "stream_chunks": 2}, trainer={"batch_size": 8})), pools)
     rollout = next(role for role in whole.roles if role.role == "rollout")
     terms = whole.phase_terms("gen")["rollout.generate_sequences"]
     # 8 prompts x n 2 over 2 ranks = 8 rows x (32 prompt + 8 response) x 2 layers x KV width 32 x (k, v) x fp32
@@ -144,7 +144,7 @@ def test_a_vllm_rollout_on_a_cpu_pool_holds_its_weights_and_the_cpu_kv_cache():
     pools = {"global": PoolInfo("global", ("actor", "reward"), (1,), False, 4, None),
              "gen": PoolInfo("gen", ("rollout",), (1,), False, 4, None)}
     recipe = tiny_recipe(rollout={"placement": "separate", "pool": "gen", "engine": "vllm", "vllm": {"cpu_kv_cache_gib": 0.25}})
-    memory = plan_memory(recipe, pools)
+    memory = plan_memory(resolve_mapping(recipe), pools)
     rollout = next(role for role in memory.roles if role.role == "rollout")
     engine = rollout.parameters * 4 + GIB // 4
     assert memory.phase_terms("gen") == {"rollout.generate_sequences": {"vLLM engine": engine},

@@ -194,10 +194,11 @@ def test_train_refuses_a_misfit_before_launch_with_exit_2(configs, tmp_path, mon
 def _tiny_plan(actor: dict, rollout: dict | None = None, use_gpu: bool = True):
     from rlhfctl.recipe.memory_plan import plan_memory
     from rlhfctl.recipe.pools import PoolInfo
+    from rlhfctl.recipe.resolved import resolve_mapping
     from tests.workers.recipes import tiny_recipe
 
-    recipe = tiny_recipe(roles={"actor": actor}, rollout=rollout or {})
-    return plan_memory(recipe, {"main": PoolInfo("main", ("actor",), (1,), use_gpu, 4, None)}, 80 * GIB)
+    recipe = tiny_recipe(roles={"actor": actor}, rollout=rollout or {}, trainer={"ppo_epochs": 2})
+    return plan_memory(resolve_mapping(recipe), {"main": PoolInfo("main", ("actor",), (1,), use_gpu, 4, None)}, 80 * GIB)
 
 
 def test_a_mixtral_counts_every_expert_and_its_activations_by_the_two_active():
