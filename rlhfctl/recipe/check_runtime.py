@@ -10,11 +10,15 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from rlhfctl.agents.trajectory import response_width
 from rlhfctl.recipe.check_paths import data_file_issues, model_path_issues, resume_issues
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_shares, resolve_pools
-from rlhfctl.recipe.resolve import present_roles, required_methods, rollout_pool
+from rlhfctl.recipe.resolve import present_roles, required_methods, resolve_strategy, rollout_pool
+from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL
+from rlhfctl.single_controller.resource_pool import RayResourcePool
+from rlhfctl.tasks import UnknownTaskError, get_task
 
 __all__ = [
     "LOGGER_EXTRAS",
@@ -79,8 +83,6 @@ def _driver_role(cfg: Any, role: str) -> list[Issue]:
 
 
 def _cpus_per_process(pool: PoolInfo) -> float:
-    from rlhfctl.single_controller.resource_pool import RayResourcePool
-
     ray_pool = RayResourcePool(list(pool.process_on_nodes), pool.use_gpu, pool.max_colocate_count, pool.name, pool.num_cpus_per_process)
     return float(ray_pool.num_cpus_per_process)  # type: ignore[arg-type]
 
@@ -117,7 +119,7 @@ def _resources(cfg: Any, pools: list[PoolInfo]) -> list[Issue]:
 
 def _visible_gpus() -> int | None:
     try:
-        import torch
+        import torch  # heavy: only when the pools want GPUs
 
         return int(torch.cuda.device_count())
     except Exception:  # noqa: BLE001 - no usable torch/CUDA: nothing to compare against
@@ -138,8 +140,6 @@ def check_models(cfg: Any) -> list[Issue]:
 
 def rollout_row(cfg: Any) -> tuple[int, int, str]:
     """A rollout row's prompt tokens, its response width, and the recipe key that gives the width."""
-    from rlhfctl.agents.trajectory import response_width
-
     key = "rollout.multi_turn.max_response_tokens" if cfg.rollout.multi_turn.enable else "rollout.max_new_tokens"
     return int(cfg.data.max_prompt_length), response_width(cfg.rollout), key
 
@@ -168,7 +168,7 @@ def worker_classes(cfg: Any) -> dict[str, type]:
 
 def unregistered_methods(cfg: Any, role: str, needed: Iterable[str]) -> tuple[type, list[str]]:
     """The role's worker class and which of ``needed`` it does not register; RecipeError when it does not import."""
-    from rlhfctl.single_controller.decorator import registered_methods
+    from rlhfctl.single_controller.decorator import registered_methods  # pulls in torch: off the CLI's fast path
 
     cls = import_class(str(cfg.roles[role].worker), f"roles.{role}.worker")
     registered = registered_methods(cls)
@@ -177,7 +177,7 @@ def unregistered_methods(cfg: Any, role: str, needed: Iterable[str]) -> tuple[ty
 
 def check_workers(cfg: Any) -> list[Issue]:
     """Errors for worker classes that do not import or lack registered methods."""
-    from rlhfctl.single_controller.decorator import registered_methods
+    from rlhfctl.single_controller.decorator import registered_methods  # pulls in torch: off the CLI's fast path
 
     issues = []
     for role in present_roles(cfg):
@@ -215,8 +215,6 @@ def check_data(cfg: Any) -> list[Issue]:
 
 
 def _check_task(cfg: Any) -> list[Issue]:
-    from rlhfctl.tasks import UnknownTaskError, get_task
-
     issues = []
     data = cfg.data
     if data.num_train < cfg.trainer.batch_size:
@@ -239,8 +237,6 @@ def _check_task(cfg: Any) -> list[Issue]:
 def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
     """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload``,
     ``param_offload`` or ``optimizer_offload`` without fsdp2."""
-    from rlhfctl.recipe.resolve import resolve_strategy  # the one home of the strategy default
-
     issues = []
     for role in present_roles(cfg):
         section = cfg.roles[role]
@@ -322,7 +318,7 @@ def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> 
             return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
                             "(the actor samples and scores with the same weights and code)")]
         return []
-    from rlhfctl.rollout import vllm_engine
+    from rlhfctl.rollout import vllm_engine  # pulls in torch: only for rollout.engine: vllm
 
     if not vllm_engine.vllm_installed():
         message = f"rollout.engine: vllm needs the vllm package, which does not import here; {vllm_engine.VLLM_INSTALL_HINT}"
@@ -360,8 +356,6 @@ def _model_fields(model: Any) -> tuple[str, dict[str, Any]] | None:
             return None  # a hub id or a missing path: from_pretrained (or check_models) speaks for it
         with open(config_file, encoding="utf-8") as handle:
             return "roles.actor.model.path", json.load(handle)
-    from rlhfctl.recipe.sections import DEFAULT_INLINE_MODEL
-
     config = model.get("config")
     return "roles.actor.model.config", dict(DEFAULT_INLINE_MODEL if config is None else config)
 
@@ -369,7 +363,7 @@ def _model_fields(model: Any) -> tuple[str, dict[str, Any]] | None:
 def _architecture(fields: dict[str, Any]) -> str | None:
     if fields.get("architectures"):
         return str(fields["architectures"][0])
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # heavy: vllm recipes only
 
     return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(str(fields.get("model_type") or "qwen2"))
 
@@ -377,7 +371,7 @@ def _architecture(fields: dict[str, Any]) -> str | None:
 def _supported_architectures(log_level: str) -> frozenset[str]:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", log_level)  # vLLM logs on import; keep it out of the display
     try:
-        from vllm.model_executor.models import ModelRegistry
+        from vllm.model_executor.models import ModelRegistry  # heavy: vllm recipes only
 
         return frozenset(ModelRegistry.get_supported_archs())
     except Exception:  # noqa: BLE001 - a vllm that imports partly: fall back to the families we know work

@@ -20,9 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from rlhfctl.recipe.check_runtime import _model_fields
 from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.resolve import rollout_pool
+from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL
 
 __all__ = ["KEY", "VOCAB_PADDING", "check_tensor_parallel", "engine_groups", "engines_line", "shard_problems"]
 
@@ -95,8 +99,6 @@ def _pool_issues(t: int, pool: PoolInfo) -> list[Issue]:
 
 
 def _model_issues(t: int, actor: Any) -> list[Issue]:
-    from rlhfctl.recipe.check_runtime import _model_fields
-
     found = _model_fields(actor.get("model") or {})
     if found is None:
         return []
@@ -111,16 +113,19 @@ def _model_issues(t: int, actor: Any) -> list[Issue]:
 def _tokenizer_vocab(actor: Any) -> int | None:
     """The tokenizer's size, which an inline config without ``vocab_size`` takes (None when it cannot be read here)."""
     try:
-        from rlhfctl.models.loading import load_tokenizer
-        from rlhfctl.recipe.sections import model_config
+        from rlhfctl.models.loading import load_tokenizer  # keeps transformers off the CLI's fast path
 
-        model = model_config({"roles": {"actor": _plain(actor)}}, "actor")
+        model = _actor_model(actor)
         return len(load_tokenizer(model, trust_remote_code=bool(model.get("trust_remote_code"))))
     except Exception:  # noqa: BLE001 - a tokenizer not readable here: the engine's start speaks for it
         return None
 
 
-def _plain(section: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+def _actor_model(actor: Any) -> dict[str, Any]:
+    """The actor's loaded ``model`` section as a dict, the default inline architecture where it gives neither
+    ``path`` nor ``config`` (as the resolved recipe's model)."""
+    section = actor.get("model")
+    model = dict(OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section)
+    if model.get("path") in (None, "") and model.get("config") is None:
+        model["config"] = dict(DEFAULT_INLINE_MODEL)
+    return model
