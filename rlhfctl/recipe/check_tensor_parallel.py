@@ -73,10 +73,10 @@ def check_tensor_parallel(cfg: Any, pools: Mapping[str, PoolInfo]) -> list[Issue
     """Errors for a ``rollout.vllm.tensor_parallel_size`` that the generating pool or the actor's model cannot take."""
     rollout = cfg.rollout
     t = int(rollout.vllm.tensor_parallel_size)  # the loaded recipe carries the schema's default
-    if rollout.get("engine", "hf") != "vllm" or t == 1:
+    if rollout.engine != "vllm" or t == 1:
         return []
     issues = []
-    if (rollout.get("multi_turn") or {}).get("enable"):
+    if rollout.multi_turn.enable:
         issues.append(error(KEY, f"{KEY}: {t} with rollout.multi_turn: an agent's rounds differ from rank to rank, and the "
                                  "ranks of one engine must send it the same requests; use tensor_parallel_size: 1"))
     actor = cfg.roles.get("actor")
@@ -99,7 +99,7 @@ def _pool_issues(t: int, pool: PoolInfo) -> list[Issue]:
 
 
 def _model_issues(t: int, actor: Any) -> list[Issue]:
-    found = _model_fields(actor.get("model") or {})
+    found = _model_fields(actor.model)
     if found is None:
         return []
     source, fields = found
@@ -124,7 +124,7 @@ def _tokenizer_vocab(actor: Any) -> int | None:
 def _actor_model(actor: Any) -> dict[str, Any]:
     """The actor's loaded ``model`` section as a dict, the default inline architecture where it gives neither
     ``path`` nor ``config`` (as the resolved recipe's model)."""
-    section = actor.get("model")
+    section = actor.model
     model = dict(OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section)
     if model.get("path") in (None, "") and model.get("config") is None:
         model["config"] = dict(DEFAULT_INLINE_MODEL)
