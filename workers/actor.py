@@ -20,8 +20,6 @@ from rlhfctl.engine.log_probs import position_ids_from_mask, sequence_log_probs
 from rlhfctl.engine.memory import StateObserver
 from rlhfctl.engine.micro_batches import loss_token_counts
 from rlhfctl.engine.offload import on_device
-from rlhfctl.recipe.sections import kl_config, rollout_config, trainer_config
-from rlhfctl.agents.trajectory import response_width
 from rlhfctl.rollout.generator import Generator
 from rlhfctl.rollout.sync_probe import log_prob_gap
 from workers.policy_model import PolicyModelWorker, ResponseScoring
@@ -46,8 +44,8 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
         super().__init__(recipe, role)
-        self.rollout = rollout_config(self.recipe)
-        self.kl = kl_config(self.recipe)
+        self.rollout = self.recipe.rollout.settings
+        self.kl = self.recipe.algorithm.kl
         # The engine choice, vLLM engine, agent rollout and the seeding of each call (rlhfctl/rollout/generator.py).
         self.generator = Generator(self.rollout, role=self.role, seed=self.seed, rank=self.rank, colocated=True)
 
@@ -90,7 +88,7 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         if self.rollout["engine"] == "vllm" and not rollout_on_own_pool(self.rollout):
             # separate: the rollout group holds the engines
             self.generator.start_vllm(
-                prompt_length=int((self.recipe.get("data") or {}).get("max_prompt_length") or 32),
+                prompt_length=int(self.recipe.data.max_prompt_length),
                 dtype=self.model_cfg["dtype"],
                 local_rank=self.local_rank,
                 local_world_size=self._rank_info.local_world_size,
@@ -203,7 +201,7 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         versions = data.batch.get("policy_version")
         if versions is None:
             return
-        bound = int(trainer_config(self.recipe)["max_staleness"])
+        bound = self.recipe.rollout.max_staleness
         lag = self.update_calls - int(versions.min())
         if lag > bound:
             raise RuntimeError(
@@ -235,7 +233,7 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         engine_log_probs = micro.get("rollout_log_probs")
         engine = None if engine_log_probs is None else engine_log_probs.to(old.dtype)
         cap = self.rollout.get("importance_cap")
-        name = str(config.get("policy_loss") or "vanilla")
+        name = str(config["policy_loss"])
         weights, behaviour, weight_metrics = None, {}, {}
         if policy_loss_takes_behaviour(name):  # e.g. decoupled_ppo: the engine is the behaviour policy (None: hf)
             if cap is not None:
@@ -248,8 +246,8 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         elif engine is not None and cap is not None:
             weights = truncated_importance_weights(old, engine, float(cap))
             weight_metrics = importance_weight_stats(old, engine, mask, float(cap))
-        scale = config.get("loss_scale_factor") or response_width(self.rollout)  # seq-mean-token-sum-norm's constant
-        loss_config = {**config, "loss_scale_factor": scale}
+        loss_config = dict(config)
+        scale = float(config["loss_scale_factor"])  # resolved: null is the response width
         pg_loss, pg_metrics = get_policy_loss(name)(
             old, log_probs, micro["advantages"].to(log_probs.dtype), mask, agg, loss_config, token_weights=weights,
             **behaviour,

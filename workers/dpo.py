@@ -25,7 +25,6 @@ from rlhfctl.single_controller import Dispatch, register
 from workers.policy_model import PolicyModelWorker, ResponseScoring
 from rlhfctl.engine.log_probs import sequence_log_probs
 from rlhfctl.engine.offload import on_device
-from rlhfctl.recipe.sections import rollout_config, section
 from rlhfctl.engine.placement import serving
 from rlhfctl.engine.training import allreduce_mean
 
@@ -54,9 +53,8 @@ class DPOWorker(ResponseScoring, PolicyModelWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
         super().__init__(recipe, role)
-        self.rollout = rollout_config(self.recipe)  # the temperature of compute_ref_log_prob, as the actor's
-        beta = section(self.recipe, "algorithm").get("beta")
-        self.beta = float(beta) if beta is not None else 0.1
+        self.rollout = self.recipe.rollout.settings  # the temperature of compute_ref_log_prob, as the actor's
+        self.beta = float(self.recipe.algorithm.beta)
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     @on_device

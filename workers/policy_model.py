@@ -20,7 +20,6 @@ from rlhfctl.engine.lora import adapter_disabled, apply_lora, is_lora
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.placement import scoring
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.sections import ACTOR_DEFAULTS, model_config, optim_config, role_config
 from rlhfctl.single_controller import Dispatch, register
 from workers.trainable import TrainableRoleWorker
 
@@ -35,9 +34,9 @@ class PolicyModelWorker(TrainableRoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = "actor") -> None:
         super().__init__(recipe, role)
-        self.config = role_config(self.recipe, self.role, ACTOR_DEFAULTS)
-        self.model_cfg = model_config(self.recipe, self.role)
-        self.optim_cfg = optim_config(self.recipe, self.role)
+        self.config = self.spec.settings
+        self.model_cfg = self.spec.model
+        self.optim_cfg = self.spec.optim
         self.update_calls = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

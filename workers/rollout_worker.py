@@ -24,7 +24,6 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
-from rlhfctl.recipe.sections import model_config, rollout_config, section, trainer_config
 from workers.role import RoleWorker
 from rlhfctl.rollout.agent_rollout import AgentRollout
 from rlhfctl.rollout.generator import Generator
@@ -44,10 +43,8 @@ class RolloutWorker(RoleWorker):
 
     def __init__(self, recipe: Mapping[str, Any], role: str = ROLLOUT_ROLE) -> None:
         super().__init__(recipe, role)
-        self.model_cfg = model_config(self.recipe, "actor")
-        self.rollout = rollout_config(self.recipe)
-        pool = section(self.recipe, "resource_pools", str(self.rollout.get("pool")))
-        self.device = torch.device("cuda") if pool.get("use_gpu") else torch.device("cpu")
+        self.model_cfg = self.recipe.role("actor").model
+        self.rollout = self.recipe.rollout.settings
         self.model: nn.Module | None = None
         # The engine choice, vLLM engine, agent rollout and the seeding of each call (rlhfctl/rollout/generator.py).
         self.generator = Generator(self.rollout, role=self.role, seed=self.seed, rank=self.rank, colocated=False)
@@ -94,7 +91,7 @@ class RolloutWorker(RoleWorker):
         if vllm:
             # This rank's replica; it never sleeps (its pool trains nothing).
             self.generator.start_vllm(
-                prompt_length=int(section(self.recipe, "data").get("max_prompt_length") or 32),
+                prompt_length=int(self.recipe.data.max_prompt_length),
                 dtype=self.model_cfg["dtype"],
                 local_rank=self.local_rank,
                 local_world_size=self._rank_info.local_world_size,
@@ -111,7 +108,7 @@ class RolloutWorker(RoleWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def join_weight_sync(self, address: SyncAddress) -> None:
         """Join the actor's weight channel as member ``1 + rank``."""
-        timeout = float(trainer_config(self.recipe)["call_timeout_s"])
+        timeout = float(self.recipe.trainer.call_timeout_s)
         self.channel = WeightChannel(address, 1 + self.rank, self.device, timeout)
 
     @register(dispatch_mode=ONE_TO_ALL_FIRST)

@@ -19,7 +19,6 @@ from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.checkpointing import (PendingRoleSave, checkpoint_group, load_role_state, role_directory, save_hf_directory,
                                   start_role_save)
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, local_state_bytes
-from rlhfctl.recipe.sections import trainer_config
 from workers.role import RoleWorker
 from rlhfctl.engine.seeding import gather_rng_states, make_generator
 from rlhfctl.engine.training import (LossFn, build_optimizer, build_scheduler, check_same_across_ranks,
@@ -49,7 +48,7 @@ class TrainableRoleWorker(RoleWorker):
 
     def _export_dtype(self) -> torch.dtype:
         """The dtype of the Hugging Face export: ``trainer.export_dtype``, else the role's compute dtype."""
-        return resolve_dtype(export_dtype(trainer_config(self.recipe), self.engine.compute_dtype))  # type: ignore[return-value]
+        return resolve_dtype(export_dtype(self.recipe.trainer, self.engine.compute_dtype))  # type: ignore[return-value]
 
     def _write_hf(self, target: Path) -> Path:
         return save_hf_directory(self.module, self.tokenizer, target, self._export_dtype())
@@ -62,7 +61,7 @@ class TrainableRoleWorker(RoleWorker):
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
         self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
         self.optimizer = build_optimizer(self.module, self.optim_cfg)
-        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, trainer_config(self.recipe)["total_steps"])
+        self.scheduler = build_scheduler(self.optimizer, self.optim_cfg, self.recipe.trainer.total_steps)
 
     def _load_trained(self, loader: Callable[..., nn.Module], model_cfg: Mapping[str, Any]) -> nn.Module:
         """``loader(model_cfg, ...)`` in the engine's storage dtype and this rank's seed, with activation

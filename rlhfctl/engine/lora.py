@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from rlhfctl.recipe.schema import LoraConfig, defaults_of
+from rlhfctl.recipe.schema import LoraConfig as LoraSection
+from rlhfctl.recipe.schema import defaults_of
 
 __all__ = ["ADAPTER_FILES", "adapter_disabled", "apply_lora", "is_lora", "load_adapter", "merged_copy", "save_adapter"]
 
@@ -23,7 +24,7 @@ def apply_lora(model: nn.Module, lora: Mapping[str, Any], seed: int) -> nn.Modul
     """Wrap a causal LM in a peft LoRA model (adapter weights initialised from ``seed``)."""
     from peft import LoraConfig, get_peft_model
 
-    settings = {**defaults_of(LoraConfig), **{key: value for key, value in dict(lora).items() if value is not None}}
+    settings = {**defaults_of(LoraSection), **{key: value for key, value in dict(lora).items() if value is not None}}
     targets = settings["target_modules"]
     if not isinstance(targets, str):
         targets = [str(name) for name in targets]
