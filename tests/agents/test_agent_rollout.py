@@ -4,6 +4,7 @@ rewards land on the last policy token and see the conversation, metrics and samp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -123,7 +124,7 @@ def test_the_loss_does_not_depend_on_the_log_probs_at_mask_0_positions(agent_act
     *at* mask-0 positions (their log-probs, entropies, old/ref log-probs and advantages) never reach the policy
     loss, the KL loss or the entropy bonus. Perturbing all of them there leaves the loss's gradient unchanged."""
     worker = agent_actor.workers[0]
-    worker.config["loss_agg_mode"] = agg
+    worker.config = dataclasses.replace(worker.config, loss_agg_mode=agg)
     micro = _loss_inputs(agent_actor, rollout)
     hole = (micro["response_mask"] == 0) & (micro["attention_mask"][:, -WIDTH:] == 1)
     assert bool(hole.any())
@@ -136,7 +137,7 @@ def test_the_loss_does_not_depend_on_the_log_probs_at_mask_0_positions(agent_act
     baseline = _gradients(worker, micro, lambda values: values)
     perturbed_micro = {**micro, **{key: garbage(micro[key]) for key in ("old_log_probs", "ref_log_prob", "advantages")}}
     perturbed = _gradients(worker, perturbed_micro, garbage)
-    worker.config["loss_agg_mode"] = "token-mean"
+    worker.config = dataclasses.replace(worker.config, loss_agg_mode="token-mean")
     assert baseline and len(baseline) == len(perturbed)
     assert any(float(g.abs().max()) > 0 for g in baseline)
     for a, b in zip(baseline, perturbed):
