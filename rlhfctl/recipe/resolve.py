@@ -116,8 +116,10 @@ def needs_old_log_probs(cfg: Any) -> bool:
     """True when the step needs a separate ``actor.compute_log_prob`` pass (several epochs or mini-batches, or in-reward KL).
 
     With one epoch over one mini-batch the policy has not moved when the loss is taken, so the
-    detached current log-probs are the old ones.
+    detached current log-probs are the old ones. False without an actor (a reward_model stage): no policy to score.
     """
+    if "actor" not in present_roles(cfg):
+        return False
     actor = role_update(cfg, "actor")
     batch_size = int(cfg["trainer"]["batch_size"])
     return bool(actor.ppo_epochs > 1 or actor.mini_batch_size < batch_size or cfg["algorithm"]["kl"]["use_in_reward"])
