@@ -8,37 +8,27 @@ workers use (``rlhfctl/agents/tool_registry.py``), so both report the same key, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["check_agents"]
 
 _KEY = "rollout.multi_turn"
 
 
-def _multi_turn(cfg: Any) -> Mapping[str, Any]:
-    from omegaconf import OmegaConf
-
-    rollout = cfg.get("rollout") if hasattr(cfg, "get") else None
-    section = rollout.get("multi_turn") if rollout is not None else None
-    if section is None:
-        return {}
-    return OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
-
-
-def check_agents(cfg: Any) -> list[Issue]:
+def check_agents(recipe: Recipe) -> list[Issue]:
     """Errors naming the key of each tool, environment or loop class that does not import or is unusable, and
     of an unknown ``format``; nothing when ``rollout.multi_turn.enable`` is off."""
-    multi_turn = _multi_turn(cfg)
-    if not multi_turn.get("enable"):
+    if not recipe.rollout.agent:
         return []
+    # the agents package: imported only for agent rollouts, off the CLI's path otherwise
     from rlhfctl.agents.tool_calls import tool_call_parsers
     from rlhfctl.agents.tool_registry import agent_loop_class, environment_spec, tool_class, tool_classes
 
+    multi_turn = recipe.rollout.multi_turn
+
     issues: list[Issue] = []
-    for index, entry in enumerate(multi_turn.get("tools") or []):  # one issue per tool, not just the first
+    for index, entry in enumerate(multi_turn.tools):  # one issue per tool, not just the first
         try:
             tool_class(entry, f"{_KEY}.tools[{index}]")
         except RecipeError as problem:
@@ -53,13 +43,13 @@ def check_agents(cfg: Any) -> list[Issue]:
             check(multi_turn)
         except RecipeError as problem:
             issues.append(error(problem.key_path, str(problem)))
-    fmt = str(multi_turn.get("format") or "hermes")
+    fmt = str(multi_turn.format)
     if fmt not in tool_call_parsers():  # after the tools' imports, which may register a parser
         issues.append(error(f"{_KEY}.format", (
             f"{_KEY}.format: no tool-call parser {fmt!r} (registered: {', '.join(tool_call_parsers())}){did_you_mean(fmt, tool_call_parsers())}; "
             "register one with rlhfctl.agents.register_tool_call_parser in a module your tools import"
         )))
-    if multi_turn.get("environment") and multi_turn.get("tools") and not multi_turn.get("agent_loop"):
+    if multi_turn.environment and multi_turn.tools and not multi_turn.agent_loop:
         issues.append(warning(f"{_KEY}.tools", (
             f"{_KEY}.tools: with an environment the default loop steps the environment and calls no tool; "
             "drop the tools or write an agent_loop that uses both"

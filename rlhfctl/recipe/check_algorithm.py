@@ -4,6 +4,7 @@ reference, data and lengths."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from typing import Any
@@ -12,27 +13,29 @@ from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, c
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import ensure_cwd_importable
 from rlhfctl.recipe.pools import PoolInfo
-from rlhfctl.recipe.resolve import reference_source, uses_kl
-from rlhfctl.recipe.stages import STAGES, only_roles, stage_roles
+from rlhfctl.recipe.resolve import uses_kl
+from rlhfctl.recipe.schema import ROLE_NAMES, RecipeSchema
+from rlhfctl.recipe.specs import Recipe
+from rlhfctl.recipe.stages import STAGES, stage_roles
 
 __all__ = ["check_algorithm", "check_stage"]
 
-def check_algorithm(cfg: Any) -> list[Issue]:
+def check_algorithm(recipe: Recipe) -> list[Issue]:
     """Errors and warnings about algorithm.*, the roles it needs, and rollout sampling."""
-    issues = _import_modules(cfg)
-    issues += _estimator(cfg)
-    issues += _policy_loss(cfg)
-    issues += _named_rewards(cfg)
-    issues += _dynamic_sampling(cfg)
-    issues += _kl(cfg)
-    issues += _sampling(cfg)
+    issues = _import_modules(recipe)
+    issues += _estimator(recipe)
+    issues += _policy_loss(recipe)
+    issues += _named_rewards(recipe)
+    issues += _dynamic_sampling(recipe)
+    issues += _kl(recipe)
+    issues += _sampling(recipe)
     return issues
 
 
-def _import_modules(cfg: Any) -> list[Issue]:
+def _import_modules(recipe: Recipe) -> list[Issue]:
     ensure_cwd_importable()
     issues = []
-    for index, name in enumerate(cfg.algorithm.import_modules):
+    for index, name in enumerate(recipe.algorithm.import_modules):
         key = f"algorithm.import_modules[{index}]"
         try:
             importlib.import_module(str(name))
@@ -51,36 +54,36 @@ def _not_registered(key: str, name: str, registry: Any, kind: str) -> Issue:
     ))
 
 
-def _estimator(cfg: Any) -> list[Issue]:
+def _estimator(recipe: Recipe) -> list[Issue]:
     from rlhfctl.algorithms import ADVANTAGE_ESTIMATORS
 
-    name = str(cfg.algorithm.adv_estimator)
+    name = str(recipe.algorithm.adv_estimator)
     key = "algorithm.adv_estimator"
     if name not in ADVANTAGE_ESTIMATORS:
         return [_not_registered(key, name, ADVANTAGE_ESTIMATORS, "estimators")]
     params = inspect.signature(ADVANTAGE_ESTIMATORS[name]).parameters
-    has_critic = cfg.roles.get("critic") is not None
+    has_critic = recipe.step.has_critic
     issues = []
     values = params.get("values")
     if values is not None and values.default is inspect.Parameter.empty and not has_critic:
         issues.append(error(key, f"{key}: {name} needs value estimates: add a critic role (roles.critic)"))
     if has_critic and values is None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         issues.append(warning("roles.critic", f"roles.critic: the critic is trained but {name} does not use values; use gae or remove the critic"))
-    if "index" in params and int(cfg.rollout.n) == 1:
+    if "index" in params and int(recipe.rollout.settings.n) == 1:
         issues.append(warning("rollout.n", f"rollout.n: 1 response per prompt gives {name} groups of one (no baseline); use n >= 2"))
     return issues
 
 
-def _policy_loss(cfg: Any) -> list[Issue]:
+def _policy_loss(recipe: Recipe) -> list[Issue]:
     """The actor's policy loss is registered, and no loss-specific setting is given to a loss that ignores it."""
     from rlhfctl.algorithms import POLICY_LOSSES
     from rlhfctl.algorithms.policy_losses import policy_loss_keys, policy_loss_takes_behaviour
     from rlhfctl.recipe.schema import ActorRole
 
-    actor = cfg.roles.get("actor")
+    actor = recipe.sections.roles.actor
     if actor is None:
         return []
-    name = str(actor.get("policy_loss") or "vanilla")
+    name = str(actor.policy_loss)
     key = "roles.actor.policy_loss"
     if name not in POLICY_LOSSES:
         return [_not_registered(key, name, POLICY_LOSSES, "losses")]
@@ -96,14 +99,15 @@ def _policy_loss(cfg: Any) -> list[Issue]:
         for setting in sorted(optional - used) if actor.get(setting) is not None
     ]
     # The actor's own rule (policy_loss_takes_behaviour), so a custom loss that takes the behaviour log-probs is
-    # refused here as it would be at its first update, not only decoupled_ppo by name.
-    if policy_loss_takes_behaviour(name) and cfg.rollout.get("importance_cap") is not None:
+    # refused here as it would be at its first update, not only decoupled_ppo by name. Not recipe.step.behaviour_loss:
+    # that is decided when the recipe is resolved, before _import_modules registers a custom loss.
+    if policy_loss_takes_behaviour(name) and recipe.rollout.settings.importance_cap is not None:
         issues.append(error("rollout.importance_cap", (
             f"rollout.importance_cap: policy_loss {name} takes the behaviour log-probs and weighs each token by "
             "proximal / behaviour probability already; truncated importance sampling would weigh it twice. Remove "
             "it (decoupled_ppo caps the weight with roles.actor.behav_imp_weight_cap) or use another policy loss"
         )))
-    if actor.get("loss_scale_factor") is not None and str(actor.loss_agg_mode) != "seq-mean-token-sum-norm":
+    if actor.loss_scale_factor is not None and str(actor.loss_agg_mode) != "seq-mean-token-sum-norm":
         issues.append(error("roles.actor.loss_scale_factor", (
             "roles.actor.loss_scale_factor: only loss_agg_mode seq-mean-token-sum-norm divides by it; "
             "remove it or set roles.actor.loss_agg_mode=seq-mean-token-sum-norm"
@@ -111,9 +115,9 @@ def _policy_loss(cfg: Any) -> list[Issue]:
     return issues
 
 
-def _named_rewards(cfg: Any) -> list[Issue]:
+def _named_rewards(recipe: Recipe) -> list[Issue]:
     """gdpo has named rewards to normalize, and its keys and weights are given only to gdpo, one weight per key."""
-    algo = cfg.algorithm
+    algo = recipe.algorithm
     name, keys, weights = str(algo.adv_estimator), list(algo.gdpo_reward_keys), algo.gdpo_reward_weights
     if name != "gdpo":
         given = [key for key, value in (("gdpo_reward_keys", keys), ("gdpo_reward_weights", weights)) if value]
@@ -133,33 +137,33 @@ def _named_rewards(cfg: Any) -> list[Issue]:
     return []
 
 
-def _dynamic_sampling(cfg: Any) -> list[Issue]:
+def _dynamic_sampling(recipe: Recipe) -> list[Issue]:
     """DAPO's group filter needs groups; the overlong buffer fits inside the response budget."""
-    from rlhfctl.agents.trajectory import response_width
     from rlhfctl.algorithms.overlong import overlong_buffer_problem
 
     issues = []
-    if cfg.algorithm.filter_groups.enable and int(cfg.rollout.n) == 1:
+    if recipe.algorithm.filter_groups.enable and int(recipe.rollout.settings.n) == 1:
         issues.append(error("algorithm.filter_groups.enable", (
             "algorithm.filter_groups.enable: with rollout.n=1 every group has one response, so no group can be told "
             "apart from another; set rollout.n >= 2 (DAPO uses 16) or turn the filter off"
         )))
-    reward = cfg.roles.get("reward")
-    buffer = None if reward is None else reward.get("overlong_buffer")
+    reward = recipe.sections.roles.reward
+    buffer = None if reward is None else reward.overlong_buffer
     if buffer is not None and buffer.enable:
-        problem = overlong_buffer_problem(buffer, response_width(cfg.rollout))
+        problem = overlong_buffer_problem(buffer, recipe.rollout.response_width)
         if problem:
             issues.append(error("roles.reward.overlong_buffer.len", problem))
     return issues
 
 
-def _kl(cfg: Any) -> list[Issue]:
-    kl = cfg.algorithm.kl
+def _kl(recipe: Recipe) -> list[Issue]:
+    kl = recipe.algorithm.kl
+    uses = uses_kl(recipe.sections)
     issues = []
-    if uses_kl(cfg) and reference_source(cfg) is None:
+    if uses and recipe.step.reference_source is None:
         key = "algorithm.kl.use_kl_loss" if kl.use_kl_loss else "algorithm.kl.use_in_reward"
         issues.append(error(key, f"{key}: the KL term needs a reference policy: set roles.reference (or give the actor a LoRA adapter)"))
-    if cfg.roles.get("reference") is not None and not uses_kl(cfg):
+    if recipe.has("reference") and not uses:
         issues.append(warning("roles.reference", (
             "roles.reference: reference log-probs are computed every step but no KL term uses them; "
             "set algorithm.kl.use_kl_loss or use_in_reward, or roles.reference=null"
@@ -169,8 +173,8 @@ def _kl(cfg: Any) -> list[Issue]:
     return issues
 
 
-def _sampling(cfg: Any) -> list[Issue]:
-    rollout = cfg.rollout
+def _sampling(recipe: Recipe) -> list[Issue]:
+    rollout = recipe.rollout.settings
     issues = []
     if rollout.do_sample and rollout.temperature == 0:
         issues.append(error("rollout.temperature", "rollout.temperature: 0 with do_sample true; for greedy decoding set rollout.do_sample=false"))
@@ -182,31 +186,38 @@ def _sampling(cfg: Any) -> list[Issue]:
 
 
 # ---------------------------------------------------------------------------------- sft, reward_model, dpo
-def check_stage(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
+def check_stage(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
     """The pools of the roles the stage starts, and every problem found (errors name their key)."""
-    name = str(cfg.algorithm.name)
+    name = str(recipe.stage)
     spec = STAGES[name]
-    issues = _trained_role(cfg, spec.trained_role, name)
+    issues = _trained_role(recipe, spec.trained_role, name)
     if issues:
         return {}, issues
-    roles = stage_roles(cfg)
-    pools, pool_issues = check_pools(only_roles(cfg, roles))
+    roles = stage_roles(recipe.sections)
+    started = _only_roles(recipe.sections, roles)
+    pools, pool_issues = check_pools(started)
     issues += pool_issues
-    issues += _workers(cfg, roles, spec.trained_role, spec.worker, name)
-    issues += _reference(cfg, name)
-    issues += [issue for issue in check_data(cfg) if issue.key_path != "trainer.val_every"]
-    issues += _task_data(cfg, spec.record_kind, name)
-    issues += _evaluation(cfg)
-    issues += _models(cfg, roles)
-    issues += check_resume(cfg)
-    issues += _shards(cfg, pools, spec.trained_role)
-    issues += check_strategies(only_roles(cfg, roles), pools)
+    issues += _workers(recipe, roles, spec.trained_role, spec.worker, name)
+    issues += _reference(recipe, name)
+    issues += [issue for issue in check_data(recipe.sections) if issue.key_path != "trainer.val_every"]
+    issues += _task_data(recipe, spec.record_kind, name)
+    issues += _evaluation(recipe)
+    issues += _models(recipe, roles)
+    issues += check_resume(recipe.sections)
+    issues += _shards(recipe, spec.trained_role)
+    issues += check_strategies(started, pools)
     return pools, issues
 
 
-def _trained_role(cfg: Any, role: str, name: str) -> list[Issue]:
+def _only_roles(sections: RecipeSchema, keep: dict[str, tuple[str, ...]]) -> RecipeSchema:
+    """The recipe's sections with every role outside ``keep`` null: the roles the stage does not start."""
+    left_out = {role: None for role in ROLE_NAMES if role not in keep}
+    return dataclasses.replace(sections, roles=dataclasses.replace(sections.roles, **left_out))
+
+
+def _trained_role(recipe: Recipe, role: str, name: str) -> list[Issue]:
     key = f"roles.{role}"
-    section = cfg.roles.get(role)
+    section = recipe.section_of(role)
     if section is None:
         return [error(key, f"{key}: algorithm.name={name} trains this role; it must not be null")]
     if section.get("model") is None:
@@ -217,12 +228,12 @@ def _trained_role(cfg: Any, role: str, name: str) -> list[Issue]:
     return []
 
 
-def _workers(cfg: Any, roles: dict[str, tuple[str, ...]], trained: str, default: str, name: str) -> list[Issue]:
+def _workers(recipe: Recipe, roles: dict[str, tuple[str, ...]], trained: str, default: str, name: str) -> list[Issue]:
     issues = []
     for role, needed in roles.items():
         key = f"roles.{role}.worker"
         try:
-            cls, missing = unregistered_methods(cfg, role, needed)
+            cls, missing = unregistered_methods(recipe.sections, role, needed)
         except RecipeError as failure:
             issues.append(error(key, str(failure)))
             continue
@@ -235,8 +246,8 @@ def _workers(cfg: Any, roles: dict[str, tuple[str, ...]], trained: str, default:
     return issues
 
 
-def _reference(cfg: Any, name: str) -> list[Issue]:
-    if name != "dpo" or "reference" in stage_roles(cfg) or cfg.roles.actor.get("lora") is not None:
+def _reference(recipe: Recipe, name: str) -> list[Issue]:
+    if name != "dpo" or recipe.step.reference_source is not None:
         return []
     return [error("roles.reference", (
         "roles.reference: dpo compares the policy with a frozen reference; keep roles.reference (the initial "
@@ -244,47 +255,52 @@ def _reference(cfg: Any, name: str) -> list[Issue]:
     ))]
 
 
-def _task_data(cfg: Any, kind: str, name: str) -> list[Issue]:
-    if cfg.data.train_files or not cfg.data.task:
+def _task_data(recipe: Recipe, kind: str, name: str) -> list[Issue]:
+    data = recipe.data
+    if data.train_files or not data.task:
         return []
     from rlhfctl.tasks import UnknownTaskError, get_task
 
     try:
-        task = get_task(str(cfg.data.task))
+        task = get_task(str(data.task))
     except UnknownTaskError:
         return []  # check_data reports it
     attribute = "make_demonstrations" if kind == "demonstrations" else "make_preferences"
     if getattr(task, attribute, None) is None:
-        return [error("data.task", f"data.task: the {cfg.data.task!r} task has no {kind} for algorithm.name={name}; set data.train_files")]
+        return [error("data.task", f"data.task: the {data.task!r} task has no {kind} for algorithm.name={name}; set data.train_files")]
     return []
 
 
-def _evaluation(cfg: Any) -> list[Issue]:
-    data = cfg.data
+def _evaluation(recipe: Recipe) -> list[Issue]:
+    data = recipe.data
     has_eval = bool(data.val_files) or (bool(data.train_files) and data.eval_fraction > 0) or (
         not data.train_files and bool(data.task) and data.num_val > 0
     )
-    if cfg.trainer.val_every and not has_eval:
+    if recipe.trainer.val_every and not has_eval:
         return [warning("trainer.val_every", (
             "trainer.val_every: there is nothing to evaluate on; set data.val_files or data.eval_fraction"
         ))]
     return []
 
 
-def _models(cfg: Any, roles: dict[str, tuple[str, ...]]) -> list[Issue]:
+def _models(recipe: Recipe, roles: dict[str, tuple[str, ...]]) -> list[Issue]:
+    # The models as written (the reference's null: the actor's), not RoleSpec.model: that fills in the default
+    # inline architecture, whose positions this check would then measure where the recipe gives none.
+    actor = recipe.section_of("actor")
     issues = []
     for role in roles:
-        model = cfg.roles[role].get("model") or (cfg.roles.actor.get("model") if role == "reference" else None)
+        model = recipe.section_of(role).get("model") or (actor.model if role == "reference" and actor is not None else None)
         if model is not None:
-            issues += check_model(role, model, int(cfg.data.max_length), "data.max_length")
+            issues += check_model(role, model, int(recipe.data.max_length), "data.max_length")
     return issues
 
 
-def _shards(cfg: Any, pools: dict[str, PoolInfo], role: str) -> list[Issue]:
-    pool = pools.get(str(cfg.roles[role].pool))
-    if pool is None or pool.world_size <= 1 or cfg.trainer.batch_size % pool.world_size == 0:
+def _shards(recipe: Recipe, role: str) -> list[Issue]:
+    world = recipe.role(role).world_size
+    batch_size = int(recipe.trainer.batch_size)
+    if world is None or world <= 1 or batch_size % world == 0:
         return []
     return [warning("trainer.batch_size", (
-        f"trainer.batch_size: {cfg.trainer.batch_size} examples do not split evenly over the {pool.world_size} ranks of "
+        f"trainer.batch_size: {batch_size} examples do not split evenly over the {world} ranks of "
         f"roles.{role}; the rows repeated as padding count twice in each step"
     ))]

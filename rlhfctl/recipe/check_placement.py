@@ -15,41 +15,40 @@ Whether the rollout pool fits the machine is checked with the other pools (it is
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error
 from rlhfctl.recipe.importing import import_class
-from rlhfctl.recipe.pools import PoolInfo, resolve_pools
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, required_methods, rollout_on_own_pool
+from rlhfctl.recipe.pools import PoolInfo, pool_of
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, required_methods
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["check_placement"]
 
 
-def check_placement(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[Issue]:
-    """Errors for staleness without a rollout group of its own, and for a rollout group that cannot run as placed
-    (``pools``: the resolved pools, resolved here when not given)."""
-    separate = rollout_on_own_pool(cfg.rollout)
-    issues = _staleness(cfg, separate)
+def check_placement(recipe: Recipe) -> list[Issue]:
+    """Errors for staleness without a rollout group of its own, and for a rollout group that cannot run as placed."""
+    separate = recipe.rollout.on_own_pool
+    issues = _staleness(recipe, separate)
     if not separate:
         return issues
-    name = str(cfg.algorithm.name)
+    name = str(recipe.algorithm.name)
     if name != "ppo":
         return [*issues, error("rollout.placement", (
             f"rollout.placement: separate starts a rollout group for the PPO loop, but algorithm.name is {name} "
             "(it generates nothing); remove rollout.placement or set it to colocated"))]
-    if cfg.ray.backend == "local":
+    if recipe.ray.backend == "local":
         issues.append(error("rollout.placement", (
             "rollout.placement: separate syncs weights with a collective between the actor's and the rollout "
             "group's processes, which ray.backend: local runs one call at a time in the driver; use ray.backend: ray")))
-    issues += _worker_issues(cfg)
-    pools = pools if pools is not None else resolve_pools(cfg, strict=False)
-    pool_issues = _pool_issues(cfg, pools)
-    return issues + (pool_issues or _chunk_issues(cfg, pools[str(cfg.rollout.pool)]))
+    issues += _worker_issues(recipe)
+    pool_issues = _pool_issues(recipe.rollout.pool, recipe.pools)
+    return issues + (pool_issues or _chunk_issues(recipe, recipe.pools[str(recipe.rollout.pool)]))
 
 
-def _staleness(cfg: Any, separate: bool) -> list[Issue]:
+def _staleness(recipe: Recipe, separate: bool) -> list[Issue]:
     """trainer.max_staleness > 0 needs a rollout group of its own."""
-    staleness = int(cfg.trainer.max_staleness)
+    staleness = recipe.rollout.max_staleness
     if staleness <= 0:
         return []
     issues = []
@@ -61,9 +60,8 @@ def _staleness(cfg: Any, separate: bool) -> list[Issue]:
     return issues
 
 
-def _pool_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
-    """The rollout pool is declared and hosts no other role."""
-    named = cfg.rollout.pool
+def _pool_issues(named: str | None, pools: Mapping[str, PoolInfo]) -> list[Issue]:
+    """The rollout pool (``named``) is declared and hosts no other role."""
     declared = [pool.name for pool in pools.values() if not pool.in_driver]
     if named is None or str(named) not in declared:
         what = "is null" if named is None else f"names {str(named)!r}, which is not declared in resource_pools"
@@ -77,7 +75,7 @@ def _pool_issues(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
         return [error("rollout.pool", (
             f"rollout.pool: {pool.name} also hosts {', '.join(others)} (roles.{others[0]}.pool); the rollout group "
             "needs its pool to itself, or its calls would queue behind the other role's; declare a pool for it"))]
-    return _device_issues(pool, next((item for item in pools.values() if "actor" in item.roles), None))
+    return _device_issues(pool, pool_of(pools, "actor"))
 
 
 def _device_issues(rollout: PoolInfo, actor: PoolInfo | None) -> list[Issue]:
@@ -91,15 +89,15 @@ def _device_issues(rollout: PoolInfo, actor: PoolInfo | None) -> list[Issue]:
         "group (NCCL on GPUs, gloo on CPUs), so set resource_pools.<pool>.use_gpu the same on both pools"))]
 
 
-def _worker_issues(cfg: Any) -> list[Issue]:
+def _worker_issues(recipe: Recipe) -> list[Issue]:
     """rollout.worker imports and registers the rollout group's methods."""
     from rlhfctl.single_controller.decorator import registered_methods
 
     try:
-        cls = import_class(str(cfg.rollout.worker), "rollout.worker")
+        cls = import_class(recipe.rollout.worker, "rollout.worker")
     except RecipeError as failure:
         return [error("rollout.worker", str(failure))]
-    missing = [name for name in required_methods(cfg, ROLLOUT_ROLE) if name not in registered_methods(cls)]
+    missing = [name for name in required_methods(recipe.sections, ROLLOUT_ROLE) if name not in registered_methods(cls)]
     if not missing:
         return []
     return [error("rollout.worker", (
@@ -107,9 +105,9 @@ def _worker_issues(cfg: Any) -> list[Issue]:
         "needed as the rollout group; subclass workers.rollout_worker.RolloutWorker or decorate them with @register"))]
 
 
-def _chunk_issues(cfg: Any, pool: PoolInfo) -> list[Issue]:
+def _chunk_issues(recipe: Recipe, pool: PoolInfo) -> list[Issue]:
     """Each stream chunk's prompts split evenly over the rollout ranks."""
-    prompts, chunks = int(cfg.trainer.batch_size), int(cfg.rollout.stream_chunks)
+    prompts, chunks = recipe.step.prompts_per_step, int(recipe.rollout.settings.stream_chunks)
     if prompts % (chunks * pool.world_size) == 0:
         return []
     return [error("rollout.stream_chunks", (

@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
 from rlhfctl.recipe.errors import Issue, warning
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["check_restarts", "measured_step_s"]
 
 
-def check_restarts(cfg: Any) -> list[Issue]:
+def check_restarts(recipe: Recipe) -> list[Issue]:
     """Warnings for restarts that start from step 0, and for a call timeout under a measured step."""
-    trainer = cfg.trainer
+    trainer = recipe.trainer
     issues = []
-    restarts = int(trainer.get("max_restarts") or 0)
-    if restarts > 0 and not trainer.get("save_every"):
+    restarts = int(trainer.max_restarts)
+    if restarts > 0 and not trainer.save_every:
         issues.append(warning("trainer.save_every", (
             f"trainer.save_every: trainer.max_restarts={restarts} without periodic checkpoints (save_every: 0): every "
             "restart starts the run again from step 0; set trainer.save_every so a restart loses only the steps since "
             "the last checkpoint")))
-    measured = measured_step_s(cfg)
-    timeout = float(trainer.get("call_timeout_s") or 0)
+    measured = measured_step_s(recipe)
+    timeout = float(trainer.call_timeout_s)
     if measured is not None and timeout < measured:
         issues.append(warning("trainer.call_timeout_s", (
             f"trainer.call_timeout_s: {timeout:g} s is shorter than a step of this run took ({measured:.3g} s, "
@@ -39,10 +38,10 @@ def check_restarts(cfg: Any) -> list[Issue]:
     return issues
 
 
-def measured_step_s(cfg: Any) -> float | None:
+def measured_step_s(recipe: Recipe) -> float | None:
     """The longest ``time/step`` of the run this recipe resumes (its output_dir's metrics.jsonl), or None."""
-    trainer = cfg.trainer
-    if str(trainer.get("resume") or "never") == "never":
+    trainer = recipe.trainer
+    if str(trainer.resume) == "never":
         return None
     path = Path(str(trainer.output_dir)) / "metrics.jsonl"
     if not path.is_file():

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from rlhfctl.recipe.errors import Issue, error, warning
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["first_training_record", "named_reward_problems", "requested_names", "reward_notes"]
 
@@ -60,13 +61,14 @@ def named_reward_problems(cfg: Any, function: Callable[..., Any], record: dict[s
     return issues
 
 
-def reward_notes(cfg: Any) -> list[str]:
+def reward_notes(recipe: Recipe) -> list[str]:
     """What validate says about the reward: for the bundled math rewards, the answer checker in use."""
     from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function
 
-    reward = cfg.roles.get("reward")
-    if reward is None or not reward.get("function"):
+    spec = recipe.roles.get("reward")
+    if spec is None or not spec.settings.function:
         return []
+    reward = spec.settings
     try:
         function = load_reward_function(str(reward.function))
     except (RewardFunctionError, SystemExit):
@@ -77,7 +79,7 @@ def reward_notes(cfg: Any) -> list[str]:
         return []
     from rlhfctl.rewards import math_backend
 
-    checker = str((cfg.roles.reward.get("function_kwargs") or {}).get("checker", "auto"))
+    checker = str(reward.function_kwargs.get("checker", "auto"))
     backend = math_backend(checker)
     hint = "" if backend.startswith("math-verify") else " (pip install 'rlhfctl[math]' for math-verify)"
     return [f"roles.reward.function: {reward.function} checks answers with {backend}{hint}"]

@@ -8,34 +8,24 @@ when they build the tool, and refuse to start with the same message (docs/securi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from rlhfctl.recipe.errors import Issue, RecipeError, error, warning
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["check_sandbox"]
 
 _KEY = "rollout.multi_turn"
 
 
-def _tools(cfg: Any) -> list[Any]:
-    from omegaconf import OmegaConf
-
-    rollout = cfg.get("rollout") if hasattr(cfg, "get") else None
-    multi_turn = rollout.get("multi_turn") if rollout is not None else None
-    if multi_turn is None:
-        return []
-    section = OmegaConf.to_container(multi_turn, resolve=True) if OmegaConf.is_config(multi_turn) else dict(multi_turn)
-    return list(section.get("tools") or []) if section.get("enable") else []
-
-
-def check_sandbox(cfg: Any) -> list[Issue]:
+def check_sandbox(recipe: Recipe) -> list[Issue]:
     """An error at ``...tools[i].config.allow_unconfined`` for each python tool this host cannot confine, unless
     set true (then a warning); nothing for other tools, or a tool whose class is wrong (check_agents says so)."""
     from rlhfctl.agents.tool_registry import tool_class  # the agents package, off the CLI's path without tools
     from rlhfctl.agents.tools.python_sandbox import PythonSandbox, boundary_refusal, refusal_message
 
     issues: list[Issue] = []
-    for index, entry in enumerate(_tools(cfg)):
+    tools = recipe.rollout.multi_turn.tools if recipe.rollout.agent else []
+    for index, entry in enumerate(tools):
         key = f"{_KEY}.tools[{index}]"
         try:
             cls, config = tool_class(entry, key)

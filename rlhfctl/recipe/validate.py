@@ -113,10 +113,11 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
-    report.issues += check_loggers(cfg) + check_restarts(cfg)
+    recipe = resolve(cfg)
+    report.issues += check_loggers(cfg) + check_restarts(recipe)
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
-        report.pools, stage_issues = check_stage(cfg)
-        report.issues += stage_issues + check_placement(cfg, report.pools) + check_token_budgets(cfg)
+        report.pools, stage_issues = check_stage(recipe)
+        report.issues += stage_issues + check_placement(recipe) + check_token_budgets(cfg)
         report.memory = plan_memory(resolve(cfg), report.pools, device_memory)
         report.issues += memory_issues(report.memory)
         if report.ok:
@@ -126,13 +127,13 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.pools = pools
     report.issues += pool_issues
     report.issues += check_workers(cfg)
-    report.issues += check_algorithm(cfg)
+    report.issues += check_algorithm(recipe)
     report.issues += check_data(cfg)
     report.issues += check_models(cfg)
     report.issues += check_rollout_engine(cfg, pools)
     report.issues += check_tensor_parallel(cfg, pools)
-    report.issues += check_agents(cfg) + check_sandbox(cfg)
-    report.issues += check_placement(cfg, pools)
+    report.issues += check_agents(recipe) + check_sandbox(recipe)
+    report.issues += check_placement(recipe)
     report.issues += check_resume(cfg)
     report.issues += check_strategies(cfg, pools)
     report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
@@ -141,7 +142,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.issues += memory_issues(report.memory)
     preflight_issues, report.data = preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, machine
     report.issues += preflight_issues
-    report.notes += reward_notes(cfg)
+    report.notes += reward_notes(recipe)
     report.example, example_issues = example_prompt(cfg)
     report.issues += example_issues
     return report

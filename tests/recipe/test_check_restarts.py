@@ -7,12 +7,13 @@ from pathlib import Path
 
 from rlhfctl.recipe import load_recipe, validate_recipe
 from rlhfctl.recipe.check_restarts import check_restarts
+from rlhfctl.recipe.resolved import resolve
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
 
 
 def _warnings(*overrides: str) -> dict[str, str]:
-    issues = check_restarts(load_recipe(QUICKSTART, list(overrides)))
+    issues = check_restarts(resolve(load_recipe(QUICKSTART, list(overrides))))
     return {issue.key_path: issue.message for issue in issues if issue.severity == "warning"}
 
 
