@@ -196,10 +196,11 @@ def test_validate_takes_the_cap_with_decoupled_ppo_only(tmp_path, overrides, cod
 
 def _actor(monkeypatch, policy_loss: str, importance_cap, log_probs: torch.Tensor):
     """The actor's _policy_loss on a stand-in worker, with the model's log-probs replaced by ``log_probs``."""
+    # The worker reads its resolved section: loss_scale_factor null is resolved to the response width (9 here).
     from workers import actor
 
     monkeypatch.setattr(actor, "sequence_log_probs", lambda *a, **k: (log_probs, torch.zeros_like(log_probs)))
-    config = {"entropy_coeff": 0.0, "loss_agg_mode": "token-mean", "policy_loss": policy_loss, "loss_scale_factor": None,
+    config = {"entropy_coeff": 0.0, "loss_agg_mode": "token-mean", "policy_loss": policy_loss, "loss_scale_factor": 9,
               "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": None, "behav_imp_weight_cap": None}
     worker = SimpleNamespace(config=config, rollout={"importance_cap": importance_cap, "max_new_tokens": 9},
                              model=None, kl={})
