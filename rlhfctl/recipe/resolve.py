@@ -1,4 +1,4 @@
-"""The effective recipe: a validated recipe with its fallbacks filled in and its derived values named, once.
+"""The rules of the resolved recipe: each fallback and derived value, decided in one place.
 
 A recipe key is declared, with its default, in :mod:`rlhfctl.recipe.schema`. What a key *means* once
 the other keys are known is decided here and nowhere else:
@@ -13,13 +13,14 @@ the other keys are known is decided here and nowhere else:
 - the dtype of a role's Hugging Face export (``trainer.export_dtype``, null: the role's compute dtype),
   :func:`export_dtype`.
 
-The trainer, ``validate`` / ``inspect-dispatch`` (:mod:`rlhfctl.recipe.arithmetic`,
-:mod:`rlhfctl.recipe.dataflow`) and the role workers (``rlhfctl/recipe/sections.py``) read these. The functions
-take any mapping with ``.get``: an OmegaConf recipe, or the plain dict a worker receives.
+:func:`rlhfctl.recipe.resolved.resolve` applies these rules once, building the typed, sealed
+:class:`~rlhfctl.recipe.specs.Recipe` that validate, the trainer and the workers read. The functions take any
+mapping with ``.get`` (an OmegaConf recipe, or a resolved section).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from rlhfctl.recipe.specs import RoleUpdate, StepFacts
@@ -182,14 +183,22 @@ def step_facts(cfg: Any) -> StepFacts:
         critic_warmup_steps=int(cfg["trainer"]["critic_warmup_steps"]),
         # Roles on separate pools update at once; colocated ones share a process and run in turn.
         parallel_updates=len(set(pools.values())) == len(updating) == 2,
-        behaviour_loss="actor" in roles and _takes_behaviour(str(cfg["roles"]["actor"]["policy_loss"])),
+        behaviour_loss="actor" in roles and _takes_behaviour(str(cfg["roles"]["actor"]["policy_loss"]),
+                                                             list(cfg["algorithm"]["import_modules"] or [])),
     )
 
 
-def _takes_behaviour(policy_loss: str) -> bool:
+def _takes_behaviour(policy_loss: str, import_modules: list[str]) -> bool:
+    """Whether the actor's loss takes behaviour log-probs: the loss registry's own rule, after the recipe's
+    ``algorithm.import_modules`` registered their losses (one that fails to import is validate's to name)."""
     # torch-heavy: imported here so loading a recipe stays off torch until a step is resolved.
     from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 
+    for module in import_modules:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - check_algorithm reports the import error with its key path
+            pass
     try:
         return bool(policy_loss_takes_behaviour(policy_loss))
     except (KeyError, ValueError):  # an unknown loss: check_algorithm names it
