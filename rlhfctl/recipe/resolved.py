@@ -106,6 +106,8 @@ def _role_spec(sections: RecipeSchema, name: str, pools: Mapping[str, PoolInfo])
     section = getattr(sections.roles, name)
     trainer = sections.trainer
     fallbacks = {key: role_setting(section, trainer, key) for key in TRAINER_FALLBACKS if key in section}
+    if "loss_scale_factor" in section and section.loss_scale_factor is None:  # seq-mean-token-sum-norm's constant
+        fallbacks["loss_scale_factor"] = response_width(sections.rollout)
     settings = dataclasses.replace(section, **fallbacks) if fallbacks else section
     model = section.get("model")
     if model is None and name in MODEL_FALLBACKS:
