@@ -127,8 +127,8 @@ def _hermes_call(body: str) -> ToolCall:
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
     """Why a tool's OpenAI function ``schema`` is unusable (no function name, parameters not a valid JSON
     schema), or None."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
+    from jsonschema import Draft202012Validator  # jsonschema: only when a tool's schema is checked, off the CLI's fast path
+    from jsonschema.exceptions import SchemaError  # as above
 
     function = schema.get("function") if isinstance(schema, Mapping) else None
     if not isinstance(function, Mapping) or not isinstance(function.get("name"), str) or not function.get("name"):
@@ -146,7 +146,7 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
 def argument_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
     """Why ``arguments`` fail the ``parameters`` of a tool's function schema (the first error, with its path),
     or None."""
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator  # jsonschema: only when a tool call's arguments are checked
 
     parameters = dict((schema.get("function") or {}).get("parameters") or {"type": "object"})
     errors = sorted(Draft202012Validator(parameters).iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))

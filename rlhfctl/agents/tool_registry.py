@@ -10,6 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlhfctl.agents.environment import Environment
+from rlhfctl.agents.loop import AgentLoop, EnvironmentAgentLoop, ToolAgentLoop
+from rlhfctl.agents.tool import Tool
+from rlhfctl.agents.tool_calls import schema_problem
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.recipe.importing import import_class
 
@@ -29,9 +33,6 @@ def _spec(entry: Any, key: str) -> tuple[str, dict[str, Any]]:
 
 def tool_class(entry: Any, key: str) -> tuple[type, dict[str, Any]]:
     """One tool's ``(class, config)``: the class imported, a :class:`~rlhfctl.agents.Tool` with a usable schema."""
-    from rlhfctl.agents.tool import Tool
-    from rlhfctl.agents.tool_calls import schema_problem
-
     ref, config = _spec(entry, key)
     cls = import_class(ref, f"{key}.class")
     if not issubclass(cls, Tool):
@@ -84,8 +85,6 @@ def build_tools(multi_turn: Mapping[str, Any]) -> dict[str, Any]:
 
 def environment_spec(multi_turn: Mapping[str, Any]) -> tuple[type, dict[str, Any]] | None:
     """The environment's class and config, or None without one."""
-    from rlhfctl.agents.environment import Environment
-
     entry = multi_turn.get("environment")
     if not entry:
         return None
@@ -99,8 +98,6 @@ def environment_spec(multi_turn: Mapping[str, Any]) -> tuple[type, dict[str, Any
 
 def agent_loop_class(multi_turn: Mapping[str, Any]) -> type:
     """``agent_loop`` imported, else the environment loop with an environment, else the tool-calling loop."""
-    from rlhfctl.agents.loop import AgentLoop, EnvironmentAgentLoop, ToolAgentLoop
-
     ref = multi_turn.get("agent_loop")
     if ref:
         key = f"{_KEY}.agent_loop"

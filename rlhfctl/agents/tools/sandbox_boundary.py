@@ -317,7 +317,7 @@ def exit_fast(status: int) -> None:
     threading = sys.modules.get("threading")
     if threading is not None:
         threading._shutdown()  # type: ignore[attr-defined]  # waits for non-daemon threads, as exit does
-    import atexit
+    import atexit  # built in, but only this exit path needs it: the script's imports are kept to its start-up's minimum
 
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
