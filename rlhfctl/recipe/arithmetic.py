@@ -8,7 +8,8 @@ from typing import Any
 from rlhfctl.recipe.dataflow import training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of
 from rlhfctl.recipe.errors import Issue, error
-from rlhfctl.recipe.resolve import role_update, samples_per_rank
+from rlhfctl.recipe.resolve import samples_per_rank
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.single_controller.rows import RowLayout
 
 __all__ = ["BatchTable", "EpochRow", "ShardRow", "UpdateRow", "derive_batch_table"]
@@ -85,13 +86,14 @@ class BatchTable:
         }
 
 
-def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | None = None) -> tuple[BatchTable, list[Issue]]:
+def derive_batch_table(recipe: Recipe, batch_size: int | None = None) -> tuple[BatchTable, list[Issue]]:
     """The step's batch numbers for ``batch_size`` prompts (default trainer.batch_size), and the problems found."""
-    prompts = int(batch_size if batch_size is not None else cfg.trainer.batch_size)
-    n = int(cfg.rollout.n)
+    prompts = int(batch_size if batch_size is not None else recipe.trainer.batch_size)
+    n = int(recipe.rollout.settings.n)
     samples = prompts * n
+    pools = recipe.pools
     shards = []
-    for call in training_step(cfg):
+    for call in training_step(recipe):
         pool = pool_of(pools, call.role)
         if call.role == "driver" or pool is None or not call.carries_rows:
             continue
@@ -103,45 +105,45 @@ def derive_batch_table(cfg: Any, pools: dict[str, PoolInfo], batch_size: int | N
     for role in ("critic", "actor"):
         pool = pool_of(pools, role)
         if pool is not None:
-            row, found = _update_row(cfg, role, pool, prompts, samples)
+            row, found = _update_row(recipe, role, pool, prompts, samples)
             updates.append(row)
             issues.extend(found)
-    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates), _epoch_row(cfg, prompts),
-                      str(cfg.rollout.get("engine", "hf"))), issues
+    return BatchTable(prompts, n, samples, tuple(shards), tuple(updates), _epoch_row(recipe, prompts),
+                      recipe.rollout.engine), issues
 
 
-def _epoch_row(cfg: Any, prompts_per_step: int) -> EpochRow | None:
+def _epoch_row(recipe: Recipe, prompts_per_step: int) -> EpochRow | None:
     """Steps per epoch and the prompts the partial last batch leaves out; None when the data cannot be read
     (check_data reports why) or there is less than one batch of it."""
-    prompts = _training_prompts(cfg)
+    prompts = _training_prompts(recipe)
     if not prompts or prompts < prompts_per_step:
         return None
     steps, dropped = divmod(prompts, prompts_per_step)
-    return EpochRow(prompts, steps, dropped, bool(cfg.data.shuffle))
+    return EpochRow(prompts, steps, dropped, bool(recipe.data.shuffle))
 
 
-def _training_prompts(cfg: Any) -> int | None:
+def _training_prompts(recipe: Recipe) -> int | None:
     """The training records: counted from the files' metadata or lines where that works (large verl
     parquets stay fast), else read; None when the data cannot be read."""
     from rlhfctl.data.records import count_records
     from rlhfctl.trainer.prompt_source import source_records
 
-    files = cfg.data.get("train_files")
+    files = recipe.data.train_files
     if files:
         counts = [count_records(str(name)) for name in ([files] if isinstance(files, str) else files)]
         if all(count is not None for count in counts):
             return sum(counts)
     try:
-        records = source_records(cfg, "train")
+        records = source_records(recipe, "train")
     except ValueError:  # DataFileError, UnknownTaskError: reported by check_data
         return None
     return None if records is None else len(records)
 
 
-def _update_row(cfg: Any, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:
+def _update_row(recipe: Recipe, role: str, pool: PoolInfo, prompts: int, samples: int) -> tuple[UpdateRow, list[Issue]]:
     """Mini-batch = mini_batch_size prompts x n samples, split evenly over the ranks; micro-batches cut each rank's part."""
-    update = role_update(cfg, role)
-    n = int(cfg.rollout.n)
+    update = recipe.step.updates[role]
+    n = int(recipe.rollout.settings.n)
     mb_key, mini_batch, epochs = update.mini_batch_key, update.mini_batch_size, update.ppo_epochs
     world = pool.world_size
     layout = RowLayout(samples, world)

@@ -14,6 +14,7 @@ from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warni
 from rlhfctl.recipe.importing import ensure_cwd_importable
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.resolve import uses_kl
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.schema import ROLE_NAMES, RecipeSchema
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import STAGES, stage_roles
@@ -194,18 +195,18 @@ def check_stage(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
     if issues:
         return {}, issues
     roles = stage_roles(recipe.sections)
-    started = _only_roles(recipe.sections, roles)
+    started = resolve(_only_roles(recipe.sections, roles))  # the roles the stage starts, on the pools they use
     pools, pool_issues = check_pools(started)
     issues += pool_issues
     issues += _workers(recipe, roles, spec.trained_role, spec.worker, name)
     issues += _reference(recipe, name)
-    issues += [issue for issue in check_data(recipe.sections) if issue.key_path != "trainer.val_every"]
+    issues += [issue for issue in check_data(recipe) if issue.key_path != "trainer.val_every"]
     issues += _task_data(recipe, spec.record_kind, name)
     issues += _evaluation(recipe)
     issues += _models(recipe, roles)
-    issues += check_resume(recipe.sections)
+    issues += check_resume(recipe)
     issues += _shards(recipe, spec.trained_role)
-    issues += check_strategies(started, pools)
+    issues += check_strategies(started)
     return pools, issues
 
 
@@ -233,7 +234,7 @@ def _workers(recipe: Recipe, roles: dict[str, tuple[str, ...]], trained: str, de
     for role, needed in roles.items():
         key = f"roles.{role}.worker"
         try:
-            cls, missing = unregistered_methods(recipe.sections, role, needed)
+            cls, missing = unregistered_methods(recipe, role, needed)
         except RecipeError as failure:
             issues.append(error(key, str(failure)))
             continue

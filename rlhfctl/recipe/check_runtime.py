@@ -10,13 +10,14 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from rlhfctl.agents.trajectory import response_width
 from rlhfctl.recipe.check_paths import data_file_issues, model_path_issues, resume_issues
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
-from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_shares, resolve_pools
-from rlhfctl.recipe.resolve import present_roles, required_methods, resolve_strategy, rollout_pool
+from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_shares
+from rlhfctl.recipe.resolve import resolve_strategy
 from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL
+from rlhfctl.recipe.schema import RayConfig
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.single_controller.resource_pool import RayResourcePool
 from rlhfctl.tasks import UnknownTaskError, get_task
 
@@ -39,34 +40,34 @@ __all__ = [
     "worker_classes",
 ]
 
-def check_pools(cfg: Any) -> tuple[dict[str, PoolInfo], list[Issue]]:
+def check_pools(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
     """The resolved pools, with errors for undeclared pools and resources the Ray settings cannot give."""
-    declared = [str(name) for name in cfg.resource_pools]
+    declared = [str(name) for name in recipe.resource_pools]
     issues = []
     if DRIVER_POOL in declared:
         issues.append(error(f"resource_pools.{DRIVER_POOL}", (
             f"resource_pools.{DRIVER_POOL}: the name {DRIVER_POOL!r} is reserved for a reward function run in the "
             "driver process (roles.reward.pool: driver); rename this pool"
         )))
-    for role in present_roles(cfg):
-        pool = str(cfg.roles[role].pool)
+    for role, spec in recipe.roles.items():
+        pool = spec.pool
         if pool == DRIVER_POOL:
-            issues += _driver_role(cfg, role)
+            issues += _driver_role(recipe, role)
         elif pool not in declared:
             key = f"roles.{role}.pool"
             issues.append(error(key, (
                 f"{key}: pool {pool!r} is not declared in resource_pools (declared: {', '.join(declared)})"
                 f"{did_you_mean(pool, declared)}"
             )))
-    pools = resolve_pools(cfg, strict=False)
+    pools = dict(recipe.pools)
     for pool in pools.values():
         if not pool.roles:
             issues.append(warning(f"resource_pools.{pool.name}", f"resource_pools.{pool.name}: no role uses this pool; it is not started"))
-    issues += _resources(cfg, [pool for pool in pools.values() if pool.roles and not pool.in_driver])
+    issues += _resources(recipe.ray, [pool for pool in pools.values() if pool.roles and not pool.in_driver])
     return pools, issues
 
 
-def _driver_role(cfg: Any, role: str) -> list[Issue]:
+def _driver_role(recipe: Recipe, role: str) -> list[Issue]:
     """Only a reward function may run in the driver: models and training roles need worker processes."""
     key = f"roles.{role}.pool"
     if role != "reward":
@@ -74,7 +75,7 @@ def _driver_role(cfg: Any, role: str) -> list[Issue]:
             f"{key}: only roles.reward can run in the driver (pool: {DRIVER_POOL}); {role} needs a pool "
             "declared in resource_pools"
         ))]
-    if cfg.roles[role].get("model") is not None:
+    if recipe.section_of(role).model is not None:
         return [error(key, (
             f"{key}: a reward model needs a pool declared in resource_pools; pool: {DRIVER_POOL} is for a reward "
             f"function (roles.{role}.function or data.task)"
@@ -87,8 +88,7 @@ def _cpus_per_process(pool: PoolInfo) -> float:
     return float(ray_pool.num_cpus_per_process)  # type: ignore[arg-type]
 
 
-def _resources(cfg: Any, pools: list[PoolInfo]) -> list[Issue]:
-    ray_cfg = cfg.ray
+def _resources(ray_cfg: RayConfig, pools: list[PoolInfo]) -> list[Issue]:
     issues = []
     if ray_cfg.backend == "local":
         multi = [pool.name for pool in pools if pool.world_size > 1]
@@ -126,22 +126,22 @@ def _visible_gpus() -> int | None:
         return None
 
 
-def check_models(cfg: Any) -> list[Issue]:
+def check_models(recipe: Recipe) -> list[Issue]:
     """Errors for local model paths that do not exist and inline configs too short for prompt + response."""
-    prompt, response, key = rollout_row(cfg)
+    prompt, response, key = rollout_row(recipe)
     needed, label = prompt + response, f"data.max_prompt_length + {key}"
     issues = []
-    for role in present_roles(cfg):
-        model = cfg.roles[role].get("model")
+    for role in recipe.roles:
+        model = recipe.section_of(role).model  # as written: a reference or critic on the actor's model is not checked twice
         if model is not None:
             issues += check_model(role, model, needed, label)
     return issues
 
 
-def rollout_row(cfg: Any) -> tuple[int, int, str]:
+def rollout_row(recipe: Recipe) -> tuple[int, int, str]:
     """A rollout row's prompt tokens, its response width, and the recipe key that gives the width."""
-    key = "rollout.multi_turn.max_response_tokens" if cfg.rollout.multi_turn.enable else "rollout.max_new_tokens"
-    return int(cfg.data.max_prompt_length), response_width(cfg.rollout), key
+    key = "rollout.multi_turn.max_response_tokens" if recipe.rollout.agent else "rollout.max_new_tokens"
+    return int(recipe.data.max_prompt_length), recipe.rollout.response_width, key
 
 
 def check_model(role: str, model: Any, needed_positions: int, needed_by: str) -> list[Issue]:
@@ -155,35 +155,35 @@ def check_model(role: str, model: Any, needed_positions: int, needed_by: str) ->
     return issues
 
 
-def check_resume(cfg: Any) -> list[Issue]:
+def check_resume(recipe: Recipe) -> list[Issue]:
     """An error when trainer.resume names a checkpoint path that does not exist."""
-    return resume_issues(cfg)
+    return resume_issues(recipe)
 
 
 # ---------------------------------------------------------------------------------- worker classes and the reward function
-def worker_classes(cfg: Any) -> dict[str, type]:
-    """Import each present role's worker class; RecipeError (naming roles.<role>.worker) on failure."""
-    return {role: import_class(str(cfg.roles[role].worker), f"roles.{role}.worker") for role in present_roles(cfg)}
+def worker_classes(recipe: Recipe) -> dict[str, type]:
+    """Import each configured role's worker class; RecipeError (naming roles.<role>.worker) on failure."""
+    return {role: import_class(spec.worker, f"roles.{role}.worker") for role, spec in recipe.roles.items()}
 
 
-def unregistered_methods(cfg: Any, role: str, needed: Iterable[str]) -> tuple[type, list[str]]:
+def unregistered_methods(recipe: Recipe, role: str, needed: Iterable[str]) -> tuple[type, list[str]]:
     """The role's worker class and which of ``needed`` it does not register; RecipeError when it does not import."""
     from rlhfctl.single_controller.decorator import registered_methods  # pulls in torch: off the CLI's fast path
 
-    cls = import_class(str(cfg.roles[role].worker), f"roles.{role}.worker")
+    cls = import_class(recipe.role(role).worker, f"roles.{role}.worker")
     registered = registered_methods(cls)
     return cls, [name for name in needed if name not in registered]
 
 
-def check_workers(cfg: Any) -> list[Issue]:
+def check_workers(recipe: Recipe) -> list[Issue]:
     """Errors for worker classes that do not import or lack registered methods."""
     from rlhfctl.single_controller.decorator import registered_methods  # pulls in torch: off the CLI's fast path
 
     issues = []
-    for role in present_roles(cfg):
+    for role, spec in recipe.roles.items():
         key = f"roles.{role}.worker"
         try:
-            cls, missing = unregistered_methods(cfg, role, required_methods(cfg, role))
+            cls, missing = unregistered_methods(recipe, role, spec.methods)
         except RecipeError as failure:
             issues.append(error(key, str(failure)))
             continue
@@ -201,47 +201,47 @@ def check_workers(cfg: Any) -> list[Issue]:
 
 
 # ---------------------------------------------------------------------------------- data
-def check_data(cfg: Any) -> list[Issue]:
+def check_data(recipe: Recipe) -> list[Issue]:
     """Errors for missing or unsupported data files; warnings for settings that are ignored."""
-    data = cfg.data
+    data = recipe.data
     issues = data_file_issues(data)
     if data.train_files and data.task:
         issues.append(warning("data.task", f"data.task: {data.task!r} is ignored because data.train_files is set"))
     if not data.train_files and data.task:
-        issues.extend(_check_task(cfg))
-    if cfg.trainer.val_every and not data.val_files and not data.task:
+        issues.extend(_check_task(recipe))
+    if recipe.trainer.val_every and not data.val_files and not data.task:
         issues.append(warning("trainer.val_every", "trainer.val_every: validation is on but there is no validation data (data.val_files)"))
     return issues
 
 
-def _check_task(cfg: Any) -> list[Issue]:
+def _check_task(recipe: Recipe) -> list[Issue]:
     issues = []
-    data = cfg.data
-    if data.num_train < cfg.trainer.batch_size:
+    data = recipe.data
+    if data.num_train < recipe.trainer.batch_size:
         issues.append(error("data.num_train", (
-            f"data.num_train: {data.num_train} prompts is fewer than trainer.batch_size ({cfg.trainer.batch_size})"
+            f"data.num_train: {data.num_train} prompts is fewer than trainer.batch_size ({recipe.trainer.batch_size})"
         )))
     try:
         task = get_task(str(data.task))
     except UnknownTaskError as failure:
         return [*issues, error("data.task", f"data.task: {failure}")]
-    reward = cfg.roles.get("reward")
+    reward = recipe.section_of("reward")
     task_fn = f"{task.score.__module__}:{task.score.__name__}"
-    if reward is not None and reward.get("function") and reward.function != task_fn and reward.get("model") is None:
+    if reward is not None and reward.function and reward.function != task_fn and reward.model is None:
         issues.append(warning("roles.reward.function", (
             f"roles.reward.function: {reward.function} scores the responses, not the {data.task!r} task's own reward {task_fn}"
         )))
     return issues
 
 
-def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+def check_strategies(recipe: Recipe) -> list[Issue]:
     """Errors for ``roles.<role>.strategy`` on a role without a model, and ``fsdp.cpu_offload``,
     ``param_offload`` or ``optimizer_offload`` without fsdp2."""
     issues = []
-    for role in present_roles(cfg):
-        section = cfg.roles[role]
-        strategy = section.get("strategy")
-        if role == "reward" and section.get("model") is None and str(cfg.algorithm.get("name", "ppo")) != "reward_model":
+    for role, spec in recipe.roles.items():
+        section = spec.settings
+        strategy = section.strategy
+        if role == "reward" and spec.model is None:  # a reward function (the reward_model stage trains a model)
             if strategy is not None:
                 key = f"roles.{role}.strategy"
                 issues.append(error(key, (
@@ -249,11 +249,10 @@ def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
                     f"(no roles.{role}.model); remove the strategy or set roles.{role}.model"
                 )))
             continue
-        fsdp = section.get("fsdp") or {}
-        pool = pools.get(str(section.get("pool")))
-        world = pool.world_size if pool is not None else 1
+        world = spec.world_size if spec.world_size is not None else 1  # the driver, or an undeclared pool: one rank
+        effective = spec.strategy if spec.strategy is not None else resolve_strategy(strategy, world)
         for option in ("cpu_offload", "param_offload", "optimizer_offload"):
-            if fsdp.get(option) and resolve_strategy(strategy, world) != "fsdp2":
+            if section.fsdp[option] and effective != "fsdp2":
                 key = f"roles.{role}.fsdp.{option}"
                 why = f"roles.{role}.strategy is {strategy}" if strategy else f"the role has {world} rank, so its strategy is ddp"
                 what = {"cpu_offload": "CPU offload", "param_offload": "Parameter offload",
@@ -269,23 +268,23 @@ def check_strategies(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
 _BUDGETED_ROLES = ("actor", "critic", "reward")
 
 
-def longest_row(cfg: Any) -> tuple[int, str]:
+def longest_row(recipe: Recipe) -> tuple[int, str]:
     """The most tokens one training row can hold, and how that follows from the recipe."""
-    data, name = cfg.data, str(cfg.algorithm.get("name") or "ppo")
+    data, name = recipe.data, str(recipe.algorithm.name)
     if name == "sft":
         return int(data.max_length), f"data.max_length {int(data.max_length)}"
     if name in ("reward_model", "dpo"):
         return 2 * int(data.max_length), f"a pair, 2 x data.max_length {int(data.max_length)}"
-    prompt, response, key = rollout_row(cfg)
+    prompt, response, key = rollout_row(recipe)
     return prompt + response, f"data.max_prompt_length {prompt} + {key} {response}"
 
 
-def check_token_budgets(cfg: Any) -> list[Issue]:
+def check_token_budgets(recipe: Recipe) -> list[Issue]:
     """An error per role whose micro_batch_tokens is smaller than the longest row."""
-    longest, why = longest_row(cfg)
+    longest, why = longest_row(recipe)
     issues = []
-    for role in present_roles(cfg):
-        budget = cfg.roles[role].get("micro_batch_tokens") if role in _BUDGETED_ROLES else None
+    for role, spec in recipe.roles.items():
+        budget = spec.settings.micro_batch_tokens if role in _BUDGETED_ROLES else None
         if budget is not None and int(budget) < longest:
             key = f"roles.{role}.micro_batch_tokens"
             issues.append(error(key, (
@@ -305,16 +304,16 @@ _KNOWN_ARCHITECTURES = frozenset({"Qwen2ForCausalLM", "Qwen3ForCausalLM", "Llama
 _CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
-def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> list[Issue]:
+def check_rollout_engine(recipe: Recipe) -> list[Issue]:
     """Errors for ``rollout.engine: vllm`` without vllm, with a vLLM too old, an unsupported model, or on the local backend.
 
-    Where the ``pools`` need more GPUs than this machine shows, the workers run elsewhere (a cluster) and vllm
+    Where the recipe's pools need more GPUs than this machine shows, the workers run elsewhere (a cluster) and vllm
     must import there, not here: a missing vllm is then a warning, so a GPU recipe validates on a machine
     without it."""
-    rollout = cfg.rollout
-    if rollout.get("engine", "hf") != "vllm":
+    rollout = recipe.rollout
+    if rollout.engine != "vllm":
         # A rollout group of its own returns behaviour log-probs with either engine; the colocated hf actor does not.
-        if rollout.get("importance_cap") is not None and rollout_pool(cfg) is None:
+        if rollout.settings.importance_cap is not None and rollout.pool is None:
             return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
                             "(the actor samples and scores with the same weights and code)")]
         return []
@@ -322,7 +321,7 @@ def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> 
 
     if not vllm_engine.vllm_installed():
         message = f"rollout.engine: vllm needs the vllm package, which does not import here; {vllm_engine.VLLM_INSTALL_HINT}"
-        needed = sum(pool.gpus for pool in (pools or {}).values() if pool.use_gpu)
+        needed = sum(pool.gpus for pool in recipe.pools.values() if pool.use_gpu)
         visible = _visible_gpus() or 0
         if needed > visible:
             return [warning("rollout.engine", f"{message}; a warning here, where the pools' {needed} GPU(s) are not "
@@ -332,18 +331,18 @@ def check_rollout_engine(cfg: Any, pools: dict[str, PoolInfo] | None = None) -> 
     if too_old is not None:  # the sync would fail inside every actor rank instead
         return [error("rollout.engine", too_old)]
     issues = []
-    actor = cfg.roles.get("actor")
+    actor = recipe.roles.get("actor")
     if actor is not None:
-        issues += _check_architecture(actor, _uses_gpu(cfg, actor), str(rollout.vllm.log_level))
-    if cfg.ray.backend == "local":
+        issues += _check_architecture(actor.model, _uses_gpu(recipe, actor.pool), str(rollout.vllm.log_level))
+    if recipe.ray.backend == "local":
         issues.append(error("ray.backend", "ray.backend: local runs every rank in the driver process, but rollout.engine: "
                             "vllm runs one engine in each actor rank's own process; use ray.backend: ray"))
     return issues
 
 
-def _uses_gpu(cfg: Any, actor: Any) -> bool:
+def _uses_gpu(recipe: Recipe, actor_pool: str) -> bool:
     """Whether the engine runs on a GPU pool: the rollout group's with placement separate, else the actor's."""
-    pool = cfg.resource_pools.get(str(rollout_pool(cfg) or actor.pool))
+    pool = recipe.pools.get(recipe.rollout.pool or actor_pool)
     return bool(pool is not None and pool.use_gpu)
 
 
@@ -378,8 +377,8 @@ def _supported_architectures(log_level: str) -> frozenset[str]:
         return _KNOWN_ARCHITECTURES
 
 
-def _check_architecture(actor: Any, gpu: bool, log_level: str) -> list[Issue]:
-    found = _model_fields(actor.get("model") or {})
+def _check_architecture(model: Any, gpu: bool, log_level: str) -> list[Issue]:
+    found = _model_fields(model)
     if found is None:
         return []
     key, fields = found
@@ -407,9 +406,9 @@ LOGGER_EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
-def check_loggers(cfg: Any) -> list[Issue]:
+def check_loggers(recipe: Recipe) -> list[Issue]:
     """Errors for unknown names in ``trainer.loggers`` and for loggers whose package is not installed."""
-    names = list(listed_loggers(cfg))
+    names = list(listed_loggers(recipe))
     issues = []
     for position, name in enumerate(names):
         key = f"trainer.loggers[{position}]"

@@ -20,13 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from rlhfctl.recipe.check_runtime import _model_fields
 from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.recipe.pools import PoolInfo
-from rlhfctl.recipe.resolve import rollout_pool
-from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL
+from rlhfctl.recipe.schema import ModelConfig
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["KEY", "VOCAB_PADDING", "check_tensor_parallel", "engine_groups", "engines_line", "shard_problems"]
 
@@ -69,23 +67,23 @@ def shard_problems(t: int, fields: Mapping[str, Any], vocab: int | None) -> list
     return problems
 
 
-def check_tensor_parallel(cfg: Any, pools: Mapping[str, PoolInfo]) -> list[Issue]:
+def check_tensor_parallel(recipe: Recipe) -> list[Issue]:
     """Errors for a ``rollout.vllm.tensor_parallel_size`` that the generating pool or the actor's model cannot take."""
-    rollout = cfg.rollout
-    t = int(rollout.vllm.tensor_parallel_size)  # the loaded recipe carries the schema's default
+    rollout = recipe.rollout
+    t = int(rollout.vllm.tensor_parallel_size)
     if rollout.engine != "vllm" or t == 1:
         return []
     issues = []
-    if rollout.multi_turn.enable:
+    if rollout.agent:
         issues.append(error(KEY, f"{KEY}: {t} with rollout.multi_turn: an agent's rounds differ from rank to rank, and the "
                                  "ranks of one engine must send it the same requests; use tensor_parallel_size: 1"))
-    actor = cfg.roles.get("actor")
-    name = rollout_pool(cfg) or (None if actor is None else actor.get("pool"))
-    pool = pools.get(str(name)) if name is not None else None
+    actor = recipe.roles.get("actor")
+    name = rollout.pool or (None if actor is None else actor.pool)
+    pool = recipe.pools.get(name) if name is not None else None
     if pool is not None:
         issues += _pool_issues(t, pool)
-    if actor is not None:
-        issues += _model_issues(t, actor)
+    if actor is not None and actor.model is not None:
+        issues += _model_issues(t, actor.model)
     return issues
 
 
@@ -98,34 +96,23 @@ def _pool_issues(t: int, pool: PoolInfo) -> list[Issue]:
                        f"{t} consecutive ranks on one node; use a t that divides each entry")]
 
 
-def _model_issues(t: int, actor: Any) -> list[Issue]:
-    found = _model_fields(actor.model)
+def _model_issues(t: int, model: ModelConfig) -> list[Issue]:
+    found = _model_fields(model)
     if found is None:
         return []
     source, fields = found
     vocab = fields.get("vocab_size")
     if vocab is None and VOCAB_PADDING % t:  # an inline config takes its vocabulary from the tokenizer
-        vocab = _tokenizer_vocab(actor)
+        vocab = _tokenizer_vocab(model)
     problems = shard_problems(t, fields, None if vocab is None else int(vocab))
     return [error(KEY, f"{KEY}: {t} cannot shard the actor's model ({source}): {problem}") for problem in problems]
 
 
-def _tokenizer_vocab(actor: Any) -> int | None:
+def _tokenizer_vocab(model: ModelConfig) -> int | None:
     """The tokenizer's size, which an inline config without ``vocab_size`` takes (None when it cannot be read here)."""
     try:
         from rlhfctl.models.loading import load_tokenizer  # keeps transformers off the CLI's fast path
 
-        model = _actor_model(actor)
-        return len(load_tokenizer(model, trust_remote_code=bool(model.get("trust_remote_code"))))
+        return len(load_tokenizer(model, trust_remote_code=bool(model.trust_remote_code)))
     except Exception:  # noqa: BLE001 - a tokenizer not readable here: the engine's start speaks for it
         return None
-
-
-def _actor_model(actor: Any) -> dict[str, Any]:
-    """The actor's loaded ``model`` section as a dict, the default inline architecture where it gives neither
-    ``path`` nor ``config`` (as the resolved recipe's model)."""
-    section = actor.model
-    model = dict(OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else section)
-    if model.get("path") in (None, "") and model.get("config") is None:
-        model["config"] = dict(DEFAULT_INLINE_MODEL)
-    return model

@@ -24,10 +24,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from rlhfctl.recipe.errors import Issue, error, warning
-from rlhfctl.recipe.stages import is_stage
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["MAX_CHARS_PER_TOKEN", "ExamplePrompt", "example_prompt", "has_tokenizer_files", "local_directory"]
 
@@ -69,13 +67,13 @@ class ExamplePrompt:
                 "round_trip_ok": self.round_trip is None}
 
 
-def example_prompt(cfg: Any) -> tuple[ExamplePrompt | None, list[Issue]]:
+def example_prompt(recipe: Recipe) -> tuple[ExamplePrompt | None, list[Issue]]:
     """The example and its findings; (None, []) when the recipe has no local tokenizer or no data files to show."""
-    actor = cfg.roles.get("actor") if not is_stage(cfg) else None
-    files = cfg.data.get("train_files") or []
-    if actor is None or actor.get("model") is None or not files:
+    actor = recipe.section_of("actor") if recipe.stage is None else None
+    files = recipe.data.train_files or []
+    if actor is None or actor.model is None or not files:
         return None, []
-    model = OmegaConf.to_container(actor.model, resolve=True)
+    model = dict(actor.model)
     field = "tokenizer_path" if model.get("tokenizer_path") else "path"
     directory = local_directory(str(model[field])) if model.get(field) else None
     if directory is None:
@@ -91,7 +89,7 @@ def example_prompt(cfg: Any) -> tuple[ExamplePrompt | None, list[Issue]]:
     tokenizer, problem = _tokenizer(model, field, directory, key)
     if problem is not None:
         return None, [problem]
-    rendered, problems = _render(cfg, tokenizer, name)
+    rendered, problems = _render(recipe, tokenizer, name)
     if rendered is None:
         return None, problems
     text, ids, chat = rendered
@@ -100,7 +98,7 @@ def example_prompt(cfg: Any) -> tuple[ExamplePrompt | None, list[Issue]]:
         key=key, tokenizer_class=type(tokenizer).__name__, source=f"data.train_files[0] ({name})",
         chat_template=chat, text=text, tokens=len(ids),
         pieces=tuple(str(piece) for piece in tokenizer.convert_ids_to_tokens(ids[:_SHOWN_PIECES])),
-        max_prompt_length=int(cfg.data.max_prompt_length), overlong=str(cfg.data.overlong),
+        max_prompt_length=int(recipe.data.max_prompt_length), overlong=str(recipe.data.overlong),
         round_trip=_difference(text, decoded, tokenizer),
     )
     return example, _findings(example, tokenizer, directory, ids) + _length(example, name)
@@ -147,7 +145,7 @@ def _tokenizer(model: dict[str, Any], field: str, directory: str, key: str) -> t
         return None, error(key, f"{key}: the tokenizer in {directory} does not load: {first}")
 
 
-def _render(cfg: Any, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], bool] | None, list[Issue]]:
+def _render(recipe: Recipe, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], bool] | None, list[Issue]]:
     """(text, ids, chat template applied) of the first record as PromptDataset renders and encodes it (unbounded),
     or the run's error."""
     from rlhfctl.data import DataConfigError, DataFileError, PromptDataset, load_records
@@ -159,16 +157,16 @@ def _render(cfg: Any, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], 
         return None, []  # check_data and preflight's sample report the file
     if not records:
         return None, []
-    chat = cfg.data.get("apply_chat_template")
+    chat = recipe.data.apply_chat_template
     try:
-        prompt_messages(records[0].get(str(cfg.data.prompt_key)), chat, name, 1)
+        prompt_messages(records[0].get(str(recipe.data.prompt_key)), chat, name, 1)
     except (AttributeError, DataFileError):
         return None, []  # preflight's sample reports a record without a prompt or with one the setting cannot use
     try:
         from rlhfctl.agents.tool_registry import chat_tools
 
-        dataset = PromptDataset(records, prompt_key=str(cfg.data.prompt_key), tokenizer=tokenizer,
-                                apply_chat_template=chat, source=name, chat_tools=chat_tools(cfg.rollout.multi_turn))
+        dataset = PromptDataset(records, prompt_key=str(recipe.data.prompt_key), tokenizer=tokenizer,
+                                apply_chat_template=chat, source=name, chat_tools=chat_tools(recipe.rollout.multi_turn))
     except DataConfigError as failure:
         return None, [error("data.apply_chat_template", f"data.apply_chat_template: {failure}")]
     except DataFileError as failure:

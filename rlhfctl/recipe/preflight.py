@@ -32,12 +32,11 @@ import threading
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from omegaconf import OmegaConf
-
 from rlhfctl.recipe.check_reward_names import first_training_record, named_reward_problems
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.pools import PoolInfo, pool_shares
-from rlhfctl.recipe.stages import is_stage
+from rlhfctl.recipe.schema import RayConfig
+from rlhfctl.recipe.specs import Recipe
 
 if TYPE_CHECKING:  # the data package is imported when the data is checked
     from rlhfctl.data.summary import DataFileSummary
@@ -50,24 +49,24 @@ SAMPLE_RECORDS = 64
 _HUB_PROBE_S = 2.0
 
 
-def preflight(cfg: Any, pools: dict[str, PoolInfo], roles: list[str]) -> tuple[list[Issue], list[DataFileSummary]]:
-    """Every pre-launch finding for ``roles``, and what was read of each data file (data and reward only for
-    rollout recipes)."""
+def preflight(recipe: Recipe, pools: dict[str, PoolInfo], roles: list[str]) -> tuple[list[Issue], list[DataFileSummary]]:
+    """Every pre-launch finding for ``roles`` started on ``pools`` (a stage starts only some of the recipe's roles),
+    and what was read of each data file (data and reward only for rollout recipes)."""
     issues: list[Issue] = []
     summaries: list[DataFileSummary] = []
-    if not is_stage(cfg):
-        columns, summaries, data_issues = sample_columns(cfg)
+    if recipe.stage is None:
+        columns, summaries, data_issues = sample_columns(recipe)
         issues += data_issues
-        issues += _check_reward(cfg, columns, summaries)
-    here = _meant_for_this_machine(cfg, pools)
-    issues += _check_models(cfg, roles, here)
+        issues += _check_reward(recipe, columns, summaries)
+    here = _meant_for_this_machine(recipe.ray, pools)
+    issues += _check_models(recipe, roles, here)
     if here:
-        issues += _check_machine(cfg, pools)
+        issues += _check_machine(recipe.ray, pools)
     return issues, summaries
 
 
 # ---------------------------------------------------------------------------------- data
-def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary], list[Issue]]:
+def sample_columns(recipe: Recipe) -> tuple[dict[str, list[str]], list[DataFileSummary], list[Issue]]:
     """Per data source (``data.train_files``, ``data.val_files`` or ``data.task``), the columns its sampled
     records give the reward function; a summary of each file read; errors for records that do not parse, lack
     the prompt, or have a prompt ``data.apply_chat_template`` cannot render."""
@@ -78,13 +77,14 @@ def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary
     from rlhfctl.data.verl_layout import prompt_messages, reward_columns
     from rlhfctl.rewards.functions import is_internal_column
 
-    prompt_key, chat = str(cfg.data.prompt_key), cfg.data.get("apply_chat_template")
+    data = recipe.data
+    prompt_key, chat = str(data.prompt_key), data.apply_chat_template
     found: dict[str, list[str]] = {}
     summaries = []
     issues = []
     for split in ("train_files", "val_files"):
         names: dict[str, None] = {}
-        for index, name in enumerate(cfg.data.get(split) or []):
+        for index, name in enumerate(data[split] or []):
             key = f"data.{split}[{index}]"
             if not _readable(str(name)):
                 continue  # check_data reports missing files and unsupported types
@@ -99,8 +99,8 @@ def sample_columns(cfg: Any) -> tuple[dict[str, list[str]], list[DataFileSummary
             summaries.append(summarize_sample(key, str(name), records, prompt_key, chat, count_records(str(name))))
         if names:
             found[f"data.{split}"] = [name for name in names if not is_internal_column(name)]
-    if not cfg.data.get("train_files") and cfg.data.get("task"):
-        found["data.task"] = _task_columns(cfg, prompt_key)
+    if not data.train_files and data.task:
+        found["data.task"] = _task_columns(recipe, prompt_key)
     return found, summaries, issues
 
 
@@ -111,11 +111,11 @@ def _readable(name: str) -> bool:
     return os.path.isfile(path) and os.path.splitext(path)[1].lower() in SUPPORTED_EXTENSIONS
 
 
-def _task_columns(cfg: Any, prompt_key: str) -> list[str]:
+def _task_columns(recipe: Recipe, prompt_key: str) -> list[str]:
     from rlhfctl.tasks import UnknownTaskError, get_task
 
     try:
-        records = get_task(str(cfg.data.task)).make_prompts(2, int(cfg.trainer.seed))
+        records = get_task(str(recipe.data.task)).make_prompts(2, int(recipe.trainer.seed))
     except UnknownTaskError:
         return []  # check_data reports it
     from rlhfctl.data.verl_layout import reward_columns
@@ -127,12 +127,12 @@ def _task_columns(cfg: Any, prompt_key: str) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------- reward function
-def _check_reward(cfg: Any, columns: dict[str, list[str]], summaries: list[DataFileSummary]) -> list[Issue]:
+def _check_reward(recipe: Recipe, columns: dict[str, list[str]], summaries: list[DataFileSummary]) -> list[Issue]:
     """The reward spec loads as the worker loads it, and the function takes the call the worker makes."""
     from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function, reward_call_problem
 
-    reward = cfg.roles.get("reward")
-    if reward is None or not reward.get("function"):
+    reward = recipe.section_of("reward")
+    if reward is None or not reward.function:
         return []
     key = "roles.reward.function"
     try:
@@ -143,13 +143,14 @@ def _check_reward(cfg: Any, columns: dict[str, list[str]], summaries: list[DataF
     missing = _ground_truth_problems(function, summaries)
     if missing:
         return missing
-    kwargs = dict(reward.get("function_kwargs") or {})
+    kwargs = dict(reward.function_kwargs)
     for source, names in columns.items():
         problem = reward_call_problem(function, names, kwargs=kwargs)
         if problem:
             sample = f"the first {SAMPLE_RECORDS} records of {source}" if source != "data.task" else source
             return [error(key, f"{key}: {problem}; columns read from {sample}")]
-    return named_reward_problems(cfg, function, first_training_record(cfg), str(cfg.data.prompt_key))
+    sections = recipe.sections
+    return named_reward_problems(sections, function, first_training_record(sections), str(recipe.data.prompt_key))
 
 
 def _ground_truth_problems(function: Any, summaries: list[DataFileSummary]) -> list[Issue]:
@@ -184,14 +185,14 @@ def _ground_truth_problems(function: Any, summaries: list[DataFileSummary]) -> l
 
 
 # ---------------------------------------------------------------------------------- models
-def _check_models(cfg: Any, roles: list[str], here: bool) -> list[Issue]:
+def _check_models(recipe: Recipe, roles: list[str], here: bool) -> list[Issue]:
     """Inline config keys the config class knows; paths that can load on this machine."""
     issues = []
     for role in roles:
-        section = cfg.roles[role].get("model")
+        section = recipe.section_of(role).model  # as written: a role without its own model loads nothing new
         if section is None:
             continue
-        model = OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+        model = dict(section)
         if model.get("config") is not None and not model.get("path"):
             issues += _config_keys(role, model)
         for field in ("path", "tokenizer_path"):
@@ -263,14 +264,14 @@ def _hub_reachable(endpoint: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------- this machine
-def _joining(cfg: Any) -> bool:
-    return bool(cfg.ray.address or os.environ.get("RAY_ADDRESS"))
+def _joining(ray: RayConfig) -> bool:
+    return bool(ray.address or os.environ.get("RAY_ADDRESS"))
 
 
-def _meant_for_this_machine(cfg: Any, pools: dict[str, PoolInfo]) -> bool:
+def _meant_for_this_machine(ray: RayConfig, pools: dict[str, PoolInfo]) -> bool:
     """False when the pools need GPUs this machine lacks and no ray.num_gpus says otherwise (validated elsewhere)."""
     gpus = sum(pool.gpus for pool in pools.values() if pool.roles and not pool.in_driver)
-    if not gpus or cfg.ray.num_gpus is not None or _joining(cfg):
+    if not gpus or ray.num_gpus is not None or _joining(ray):
         return True
     try:
         import torch
@@ -281,19 +282,19 @@ def _meant_for_this_machine(cfg: Any, pools: dict[str, PoolInfo]) -> bool:
     return gpus <= visible
 
 
-def _check_machine(cfg: Any, pools: dict[str, PoolInfo]) -> list[Issue]:
+def _check_machine(ray: RayConfig, pools: dict[str, PoolInfo]) -> list[Issue]:
     """The CPUs the pools reserve fit the private Ray this machine starts (ray.num_cpus is checked elsewhere)."""
     from rlhfctl.single_controller.resource_pool import RayResourcePool
 
     started = [pool for pool in pools.values() if pool.roles and not pool.in_driver]
-    if cfg.ray.backend == "local" or not started:
+    if ray.backend == "local" or not started:
         return []
-    if _joining(cfg):
+    if _joining(ray):
         return [warning("ray.address", (
             "ray.address: joining a cluster, so the pools are not checked against this machine; Ray places "
             "them when the run starts"
         ))]
-    if cfg.ray.num_cpus is not None:
+    if ray.num_cpus is not None:
         return []
     reserved = {pool.name: pool.world_size * float(RayResourcePool(
         list(pool.process_on_nodes), pool.use_gpu, pool.max_colocate_count, pool.name, pool.num_cpus_per_process,

@@ -20,6 +20,7 @@ from rlhfctl.recipe.resolve import (
     TRAINER_FALLBACKS,
     UPDATING_ROLES,
     present_roles,
+    required_methods,
     resolve_strategy,
     role_setting,
     rollout_on_own_pool,
@@ -134,6 +135,7 @@ def _role_spec(sections: RecipeSchema, name: str, pools: Mapping[str, PoolInfo])
         model=model,
         optim=optim,
         update=_role_update(sections, name, settings) if updating else None,
+        methods=required_methods(sections, name),
     )
 
 

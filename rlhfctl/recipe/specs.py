@@ -65,6 +65,9 @@ class RoleSpec:
     model: ModelConfig | None
     optim: OptimConfig | None
     update: RoleUpdate | None
+    methods: tuple[str, ...] = ()
+    """The registered methods the trainer calls on the role's worker group (a LoRA actor's reference pass and the
+    weight channel's sender end included)."""
 
     @property
     def dtype(self) -> str | None:

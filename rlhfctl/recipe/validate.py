@@ -31,7 +31,6 @@ from rlhfctl.recipe.field_checks import check_fields
 from rlhfctl.recipe.memory_plan import MemoryPlan, plan_memory
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.preflight import preflight
-from rlhfctl.recipe.resolve import present_roles
 from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.check_reward_names import reward_notes
 from rlhfctl.recipe.stages import is_stage, stage_roles
@@ -114,35 +113,35 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     if field_problems:
         return report  # later checks assume well-formed fields
     recipe = resolve(cfg)
-    report.issues += check_loggers(cfg) + check_restarts(recipe)
+    report.issues += check_loggers(recipe) + check_restarts(recipe)
     if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
         report.pools, stage_issues = check_stage(recipe)
-        report.issues += stage_issues + check_placement(recipe) + check_token_budgets(cfg)
+        report.issues += stage_issues + check_placement(recipe) + check_token_budgets(recipe)
         report.memory = plan_memory(resolve(cfg), report.pools, device_memory)
         report.issues += memory_issues(report.memory)
         if report.ok:
-            report.issues += preflight(cfg, report.pools, list(stage_roles(cfg)))[0]
+            report.issues += preflight(recipe, report.pools, list(stage_roles(cfg)))[0]
         return report
-    pools, pool_issues = check_pools(cfg)
+    pools, pool_issues = check_pools(recipe)
     report.pools = pools
     report.issues += pool_issues
-    report.issues += check_workers(cfg)
+    report.issues += check_workers(recipe)
     report.issues += check_algorithm(recipe)
-    report.issues += check_data(cfg)
-    report.issues += check_models(cfg)
-    report.issues += check_rollout_engine(cfg, pools)
-    report.issues += check_tensor_parallel(cfg, pools)
+    report.issues += check_data(recipe)
+    report.issues += check_models(recipe)
+    report.issues += check_rollout_engine(recipe)
+    report.issues += check_tensor_parallel(recipe)
     report.issues += check_agents(recipe) + check_sandbox(recipe)
     report.issues += check_placement(recipe)
-    report.issues += check_resume(cfg)
-    report.issues += check_strategies(cfg, pools)
-    report.batch, batch_issues = derive_batch_table(cfg, pools, batch_size)
-    report.issues += batch_issues + check_token_budgets(cfg)
+    report.issues += check_resume(recipe)
+    report.issues += check_strategies(recipe)
+    report.batch, batch_issues = derive_batch_table(recipe, batch_size)
+    report.issues += batch_issues + check_token_budgets(recipe)
     report.memory = plan_memory(resolve(cfg), pools, device_memory)
     report.issues += memory_issues(report.memory)
-    preflight_issues, report.data = preflight(cfg, pools, present_roles(cfg))  # data, reward signature, models, machine
+    preflight_issues, report.data = preflight(recipe, pools, list(recipe.roles))  # data, reward signature, models, machine
     report.issues += preflight_issues
     report.notes += reward_notes(recipe)
-    report.example, example_issues = example_prompt(cfg)
+    report.example, example_issues = example_prompt(recipe)
     report.issues += example_issues
     return report

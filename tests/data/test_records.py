@@ -11,6 +11,7 @@ from rlhfctl.data.records import load_records
 from rlhfctl.data.errors import DataFileError
 from rlhfctl.recipe import load_recipe
 from rlhfctl.recipe.check_runtime import check_data
+from rlhfctl.recipe.resolved import resolve
 
 ROWS = [
     {"prompt": "digits 1 2:", "ground_truth": "12", "data_source": "a", "tags": [1, 2]},
@@ -89,6 +90,6 @@ def test_validate_accepts_a_saved_dataset_directory_and_rejects_a_plain_one(tmp_
     (tmp_path / "plain").mkdir()
     cfg = load_recipe("recipes/quickstart.yaml", [f"data.train_files=[{tmp_path / 'saved'}]",
                                                   f"data.val_files=[{tmp_path / 'plain'}]"])
-    messages = [issue.message for issue in check_data(cfg) if issue.severity == "error"]
+    messages = [issue.message for issue in check_data(resolve(cfg)) if issue.severity == "error"]
     assert messages == [f"data.val_files[0]: {tmp_path / 'plain'} is a directory without state.json; give a data "
                         "file or a directory written by datasets' save_to_disk"]

@@ -95,11 +95,11 @@ def test_inspect_dispatch_shows_the_engines_and_their_ranks_colocated_and_separa
 
 def test_agent_rollouts_are_refused_with_t_above_1_and_t_1_checks_nothing():
     from rlhfctl.recipe.check_tensor_parallel import check_tensor_parallel
-    from rlhfctl.recipe.pools import resolve_pools
+    from rlhfctl.recipe.resolved import resolve
 
     def issues(*overrides: str) -> list[str]:
         cfg = load_recipe(QUICKSTART, [*VLLM, "resource_pools.main.process_on_nodes=[2]", *overrides])
-        return [f"{issue.key_path}: {issue.message}" for issue in check_tensor_parallel(cfg, resolve_pools(cfg))]
+        return [f"{issue.key_path}: {issue.message}" for issue in check_tensor_parallel(resolve(cfg))]
 
     agent = issues(f"{KEY}=2", "rollout.multi_turn.enable=true")
     assert len(agent) == 1 and agent[0].startswith(f"{KEY}: {KEY}: 2 with rollout.multi_turn: an agent's rounds differ")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlhfctl.recipe import load_recipe
 from rlhfctl.recipe.check_runtime import longest_row
 from rlhfctl.recipe.dataflow import TensorSpec, resolve_dims
+from rlhfctl.recipe.resolved import resolve
 from tests.recipe.builders import BASE_RECIPE, write_recipe
 
 MULTI_TURN = ["rollout.multi_turn.enable=true", "rollout.multi_turn.max_response_tokens=96"]
@@ -15,5 +16,5 @@ def test_the_response_is_max_new_tokens_wide_or_the_trajectory_budget_with_multi
     single, agent = load_recipe(recipe, []), load_recipe(recipe, MULTI_TURN)
     spec = TensorSpec("responses", ("rows", "response_len"), "int64")
     assert resolve_dims(spec, 8, single) == (8, 32) and resolve_dims(spec, 8, agent) == (8, 96)
-    assert longest_row(single) == (64, "data.max_prompt_length 32 + rollout.max_new_tokens 32")
-    assert longest_row(agent) == (128, "data.max_prompt_length 32 + rollout.multi_turn.max_response_tokens 96")
+    assert longest_row(resolve(single)) == (64, "data.max_prompt_length 32 + rollout.max_new_tokens 32")
+    assert longest_row(resolve(agent)) == (128, "data.max_prompt_length 32 + rollout.multi_turn.max_response_tokens 96")

@@ -16,7 +16,7 @@ from rlhfctl.recipe.schema import ActorRole, CriticRole, ReferenceRole, RewardRo
 from workers import ActorWorker, CriticWorker, ReferenceWorker, RewardWorker
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
 from rlhfctl.recipe.resolve import samples_per_rank
-from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL, resolve_mapping
+from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL, resolve, resolve_mapping
 from rlhfctl.engine.training import LRSchedule, build_optimizer
 
 
@@ -140,6 +140,6 @@ def test_worker_classes_resolve_by_role_or_import_path():
         assert import_class(section().worker, f"roles.{role}.worker") is cls
     assert import_class("workers.critic:CriticWorker", "roles.critic.worker") is CriticWorker
     recipe = {"roles": {"actor": {"worker": "torch.nn:Linear", "model": TINY_MODEL}}, "data": {"task": "digits"}}
-    issues = check_workers(recipe_from_dict(recipe))
+    issues = check_workers(resolve(recipe_from_dict(recipe)))
     assert [issue.key_path for issue in issues] == ["roles.actor.worker"]
     assert "lacks registered method(s)" in issues[0].message
