@@ -92,11 +92,12 @@ def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Option
     """The dispatch plan of a recipe (rlhfctl.recipe.dispatch_plan.build_dispatch_plan)."""
     cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
     from rlhfctl.recipe.dispatch_plan import build_dispatch_plan
+    from rlhfctl.recipe.resolved import resolve
     from rlhfctl.recipe.stages import check_ppo_family
 
     check_ppo_family(cfg, "inspect-dispatch")
     _require_valid(cfg, batch_size)
-    plan = build_dispatch_plan(cfg, batch_size=batch_size)
+    plan = build_dispatch_plan(resolve(cfg), batch_size=batch_size)  # resolved once validate has passed it
     return {"recipe": str(path), **plan}
 
 

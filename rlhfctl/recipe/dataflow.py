@@ -12,12 +12,12 @@ With ``rollout.placement: separate`` the rollout group (role ``rollout``) genera
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, needs_old_log_probs, rollout_pool, step_facts
-from rlhfctl.recipe.specs import StepFacts
+from rlhfctl.recipe.check_tensor_parallel import engines_line
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.specs import Recipe, StepFacts
 
-__all__ = ["StepCall", "TensorSpec", "needs_old_log_probs", "resolve_dims", "training_step"]
+__all__ = ["StepCall", "TensorSpec", "resolve_dims", "training_step"]
 
 
 @dataclass(frozen=True)
@@ -82,15 +82,15 @@ def _scoring(step: StepFacts) -> list[StepCall]:
     return calls
 
 
-def _driver(cfg: Any, step: StepFacts) -> list[StepCall]:
+def _driver(recipe: Recipe) -> list[StepCall]:
     """KL-shaped rewards (optional) and advantages, computed on the driver."""
-    kl = cfg.algorithm.kl
+    step, kl = recipe.step, recipe.algorithm.kl
     calls = []
     if step.kl_in_reward:
         calls.append(StepCall("driver", "apply_kl_penalty", f"token rewards = scores - coef * KL ({kl.kind}, {kl.controller})",
                               "samples", (_f("token_level_scores"), _f("old_log_probs"), _f("ref_log_prob")),
                               (_f("token_level_rewards"),)))
-    estimator = cfg.algorithm.adv_estimator
+    estimator = recipe.algorithm.adv_estimator
     inputs = [_f("token_level_rewards"), _MASK] + ([_f("values")] if step.has_critic else [])
     calls.append(StepCall("driver", "compute_advantages", f"advantages ({estimator})", "samples", tuple(inputs),
                           (_f("advantages"), _f("returns"))))
@@ -116,24 +116,24 @@ def _actor_update(step: StepFacts, vllm: bool, separate: bool) -> StepCall:
     return StepCall("actor", "update_actor", "PPO policy update", "samples", tuple(actor_inputs), updates=True, note=note)
 
 
-def training_step(cfg: Any) -> list[StepCall]:
+def training_step(recipe: Recipe) -> list[StepCall]:
     """The calls of one training step for this recipe, in the order the trainer makes them.
 
     The conditions (which roles score, whether there is an old-log-prob pass, ...) are the
     :class:`~rlhfctl.recipe.specs.StepFacts` fields the trainer reads too.
     """
-    step = step_facts(cfg)
-    n = int(cfg.rollout.n)
+    step, rollout = recipe.step, recipe.rollout
+    n = int(rollout.settings.n)
     generated = (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK,
                  _t("input_ids", "rows seq_len", "int64"), _t("attention_mask", "rows seq_len", "int64"),
                  _t("position_ids", "rows seq_len", "int64"))
-    vllm = cfg.rollout.get("engine", "hf") == "vllm"
-    pool = rollout_pool(cfg)
+    vllm = rollout.engine == "vllm"
+    pool = rollout.pool
     if vllm or pool is not None:  # the engine's own log-probs come back too, for rollout/logprob_diff and rollout.importance_cap
         generated += (_f("rollout_log_probs"),)
     generator = "actor" if pool is None else ROLLOUT_ROLE
     steps = [StepCall(generator, "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
-                      generated, fan_out=n, note=_joined(_engine_note(cfg, vllm, pool), _dynamic_sampling_note(cfg, pool)))]
+                      generated, fan_out=n, note=_joined(_engine_note(recipe, vllm, pool), _dynamic_sampling_note(recipe, pool)))]
     steps += _scoring(step)
     if step.needs_old_log_probs:
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
@@ -143,42 +143,40 @@ def training_step(cfg: Any) -> list[StepCall]:
                               _PROMPT_IN, generated, note="meta_info do_sample=false, n=1"))
         steps.append(StepCall("reward", "compute_rewards", "score the greedy baseline", "prompts",
                               generated[:3], (_f("token_level_scores"),)))
-    steps += _driver(cfg, step)
+    steps += _driver(recipe)
     if step.has_critic:
         steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
                               (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
     steps.append(_actor_update(step, vllm, pool is not None))
     if pool is not None:
-        steps += _weight_sync(cfg)
+        steps += _weight_sync(rollout.sync_every)
     return steps
 
 
-def _engine_note(cfg: Any, vllm: bool, pool: str | None) -> str:
+def _engine_note(recipe: Recipe, vllm: bool, pool: str | None) -> str:
     """Where the responses are sampled: the actor's ranks, or the rollout group's engine replicas."""
     if pool is not None:
-        chunks = int(cfg.rollout.stream_chunks)
+        chunks = int(recipe.rollout.settings.stream_chunks)
         streamed = f"; in {chunks} calls, each scored as it finishes (rollout.stream_chunks)" if chunks > 1 else ""
-        replicas = _vllm_engines(cfg, pool) if vllm else "one replica per rollout rank"
-        return (f"engine: {cfg.rollout.get('engine', 'hf')}, {replicas} on pool {pool} "
+        replicas = _vllm_engines(recipe, pool) if vllm else "one replica per rollout rank"
+        return (f"engine: {recipe.rollout.engine}, {replicas} on pool {pool} "
                 f"(rollout.placement: separate), behaviour log-probs returned{streamed}")
     if vllm:
-        return (f"engine: vllm, colocated on the actor's ranks, {_vllm_engines(cfg, str(cfg.roles.actor.pool))} "
+        return (f"engine: vllm, colocated on the actor's ranks, {_vllm_engines(recipe, recipe.role('actor').pool)} "
                 "(weights synced in memory after each update)")
     return "engine: hf, the actor's own decoding loop"
 
 
-def _vllm_engines(cfg: Any, pool: str) -> str:
+def _vllm_engines(recipe: Recipe, pool: str) -> str:
     """The pool's vLLM engines and the ranks of each (rollout.vllm.tensor_parallel_size ranks an engine)."""
-    from rlhfctl.recipe.check_tensor_parallel import engines_line
-
-    section = cfg.resource_pools.get(pool)
+    section = recipe.resource_pools.get(pool)
     world = sum(int(count) for count in section.process_on_nodes) if section is not None else 1
-    return engines_line(world, int(cfg.rollout.vllm.tensor_parallel_size))
+    return engines_line(world, int(recipe.rollout.vllm.tensor_parallel_size))
 
 
-def _dynamic_sampling_note(cfg: Any, pool: str | None) -> str:
+def _dynamic_sampling_note(recipe: Recipe, pool: str | None) -> str:
     """When the step generates again: DAPO's filter draws more prompts until the batch holds enough groups with signal."""
-    dynamic = cfg.algorithm.filter_groups
+    dynamic = recipe.algorithm.filter_groups
     if not dynamic.enable:
         return ""
     queued = "each extra call queues behind the batches in flight, on the group's current weights" if pool is not None else ""
@@ -191,20 +189,17 @@ def _joined(*notes: str) -> str:
     return "; ".join(note for note in notes if note)
 
 
-def _weight_sync(cfg: Any) -> list[StepCall]:
-    """The actor's new weights to the rollout group, over a process group of their own (no batch rows)."""
+def _weight_sync(every: int) -> list[StepCall]:
+    """The actor's new weights to the rollout group every ``every`` updates, over a process group of their own (no batch rows)."""
     purpose = "weight sync: actor rank 0 broadcasts to the rollout ranks"
-    every = int(cfg.rollout.sync_every)
     note = f"every {every} update(s) (rollout.sync_every)" if every > 1 else "after every update"
     return [StepCall("actor", "send_weights", purpose, "weights", note=note),
             StepCall(ROLLOUT_ROLE, "receive_weights", purpose, "weights", note=note)]
 
 
-def resolve_dims(spec: TensorSpec, rows: int, cfg: Any) -> tuple[int, ...]:
+def resolve_dims(spec: TensorSpec, rows: int, recipe: Recipe) -> tuple[int, ...]:
     """Concrete shape of ``spec`` for ``rows`` rows under this recipe's lengths."""
-    prompt_len = int(cfg.data.max_prompt_length)
-    from rlhfctl.agents.trajectory import response_width
-
-    response_len = response_width(cfg.rollout)  # max_new_tokens, or the whole trajectory of agent rollouts
+    prompt_len = int(recipe.data.max_prompt_length)
+    response_len = recipe.rollout.response_width  # max_new_tokens, or the whole trajectory of agent rollouts
     sizes = {"rows": rows, "prompt_len": prompt_len, "response_len": response_len, "seq_len": prompt_len + response_len}
     return tuple(sizes[dim] for dim in spec.dims)

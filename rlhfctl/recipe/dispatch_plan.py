@@ -10,23 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlhfctl.agents.trajectory import response_width
 from rlhfctl.recipe.arithmetic import UpdateRow, derive_batch_table
 from rlhfctl.recipe.check_runtime import worker_classes
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
+from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.importing import import_class
-from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of, resolve_pools
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, present_roles, required_methods, rollout_pool
+from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of
+from rlhfctl.recipe.resolve import ROLE_METHODS, ROLLOUT_ROLE
+from rlhfctl.recipe.specs import Recipe
 
 __all__ = ["FORMAT_VERSION", "build_dispatch_plan", "summarize_rows"]
 
 FORMAT_VERSION = 1
 
 
-def _tensors(specs: tuple[TensorSpec, ...], rows: int | None, cfg: Any) -> list[dict[str, Any]]:
+def _tensors(specs: tuple[TensorSpec, ...], rows: int | None, recipe: Recipe) -> list[dict[str, Any]]:
     if rows is None:
         return [{"name": spec.name, "shape": None, "dtype": spec.dtype} for spec in specs]
-    return [{"name": spec.name, "shape": list(resolve_dims(spec, rows, cfg)), "dtype": spec.dtype} for spec in specs]
+    return [{"name": spec.name, "shape": list(resolve_dims(spec, rows, recipe)), "dtype": spec.dtype} for spec in specs]
 
 
 def summarize_rows(rows: int, unit: str, world_size: int, per_rank: int | None, padding: int, fan_out: int,
@@ -49,11 +50,11 @@ def summarize_rows(rows: int, unit: str, world_size: int, per_rank: int | None, 
     return text
 
 
-def _role_entry(cfg: Any, role: str, worker: str, cls: type, pool: PoolInfo) -> dict[str, Any]:
+def _role_entry(recipe: Recipe, role: str, worker: str, cls: type, pool: PoolInfo) -> dict[str, Any]:
     from rlhfctl.single_controller.decorator import registered_methods
 
     specs = registered_methods(cls)
-    needed = list(required_methods(cfg, role))
+    needed = list(ROLE_METHODS[ROLLOUT_ROLE] if role == ROLLOUT_ROLE else recipe.role(role).methods)
     return {
         "worker": worker,
         "class": f"{cls.__module__}.{cls.__qualname__}",
@@ -82,7 +83,7 @@ def _update_info(row: UpdateRow | None) -> dict[str, Any]:
     }
 
 
-def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], prompts: int, samples: int,
+def _call_entry(recipe: Recipe, index: int, call: StepCall, roles: dict[str, Any], prompts: int, samples: int,
                 updates: dict[str, UpdateRow]) -> dict[str, Any]:
     rows = {"prompts": prompts, "samples": samples}.get(call.unit, 0)  # a weight sync carries no batch rows
     entry: dict[str, Any] = {"index": index, "call": call.name, "role": call.role, "method": call.method,
@@ -91,8 +92,8 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
     if call.role == "driver":
         entry.update(kind="driver", dispatch_mode=None, execute_mode=None, blocking=None, materialize_futures=None,
                      registered=True, world_size=1, ranks=[], rows_per_rank=rows, padding_rows=0, rows_out=rows,
-                     out_rows_per_rank=rows, inputs=_tensors(call.inputs, rows, cfg),
-                     outputs=_tensors(call.outputs, rows, cfg), summary=f"on the driver: {call.purpose}")
+                     out_rows_per_rank=rows, inputs=_tensors(call.inputs, rows, recipe),
+                     outputs=_tensors(call.outputs, rows, recipe), summary=f"on the driver: {call.purpose}")
         return entry
     from rlhfctl.single_controller.rows import RowLayout
 
@@ -121,8 +122,8 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
         padding_rows=padding,
         rows_out=rows * call.fan_out,
         out_rows_per_rank=out_rows,
-        inputs=_tensors(call.inputs, per_rank, cfg),
-        outputs=_tensors(call.outputs, out_rows, cfg) if not call.updates else [{"name": "metrics", "shape": None, "dtype": "dict"}],
+        inputs=_tensors(call.inputs, per_rank, recipe),
+        outputs=_tensors(call.outputs, out_rows, recipe) if not call.updates else [{"name": "metrics", "shape": None, "dtype": "dict"}],
         summary=(summarize_rows(rows, call.unit, world, per_rank, padding, call.fan_out, mode, execute)
                  if call.carries_rows or mode is None else f"{call.purpose} ({world} rank{'s' if world != 1 else ''})"),
     )
@@ -131,28 +132,44 @@ def _call_entry(cfg: Any, index: int, call: StepCall, roles: dict[str, Any], pro
     return entry
 
 
-def build_dispatch_plan(cfg: Any, batch_size: int | None = None) -> dict[str, Any]:
+def _require_declared(recipe: Recipe) -> None:
+    """RecipeError naming the first role (then the rollout group) whose pool ``resource_pools`` does not declare
+    (a role may also run in the driver, the rollout group may not)."""
+    declared = list(recipe.resource_pools)
+    placed = [(f"roles.{role}.pool", spec.pool, (*declared, DRIVER_POOL)) for role, spec in recipe.roles.items()]
+    if recipe.rollout.pool is not None:
+        placed.append(("rollout.pool", recipe.rollout.pool, tuple(declared)))
+    for key, pool, allowed in placed:
+        if pool not in allowed:
+            raise RecipeError(f"{key}: pool {pool!r} is not declared in resource_pools "
+                              f"(declared: {', '.join(declared) or 'none'}){did_you_mean(pool, declared)}",
+                              key_path=key, kind="invalid")
+
+
+def build_dispatch_plan(recipe: Recipe, batch_size: int | None = None) -> dict[str, Any]:
     """``{"format_version", "batch", "pools", "roles", "dataflow"}`` for ``batch_size`` prompts (default trainer.batch_size).
 
     Raises RecipeError when a worker class does not import or a role's pool is undeclared.
     """
-    pools = resolve_pools(cfg)
-    classes = worker_classes(cfg)
-    workers = {role: str(cfg.roles[role].worker) for role in present_roles(cfg)}
-    if rollout_pool(cfg) is not None:
-        workers[ROLLOUT_ROLE] = str(cfg.rollout.worker)
+    pools = recipe.pools
+    _require_declared(recipe)
+    classes = worker_classes(recipe)
+    workers = {role: spec.worker for role, spec in recipe.roles.items()}
+    if recipe.rollout.pool is not None:
+        workers[ROLLOUT_ROLE] = recipe.rollout.worker
         classes[ROLLOUT_ROLE] = import_class(workers[ROLLOUT_ROLE], "rollout.worker")
-    roles = {role: _role_entry(cfg, role, workers[role], classes[role], pool_of(pools, role)) for role in workers}  # type: ignore[arg-type]
-    prompts = int(batch_size if batch_size is not None else cfg.trainer.batch_size)
-    samples = prompts * int(cfg.rollout.n)
-    table, _ = derive_batch_table(cfg, pools, prompts)
+    roles = {role: _role_entry(recipe, role, workers[role], classes[role], pool_of(pools, role)) for role in workers}  # type: ignore[arg-type]
+    n = int(recipe.rollout.settings.n)
+    prompts = int(batch_size if batch_size is not None else recipe.trainer.batch_size)
+    samples = prompts * n
+    table, _ = derive_batch_table(recipe, prompts)
     updates = {row.role: row for row in table.updates}
-    dataflow = [_call_entry(cfg, index, call, roles, prompts, samples, updates)
-                for index, call in enumerate(training_step(cfg), start=1)]
+    dataflow = [_call_entry(recipe, index, call, roles, prompts, samples, updates)
+                for index, call in enumerate(training_step(recipe), start=1)]
     return {
         "format_version": FORMAT_VERSION,
-        "batch": {"prompts": prompts, "n": int(cfg.rollout.n), "samples": samples,
-                  "prompt_length": int(cfg.data.max_prompt_length), "response_length": response_width(cfg.rollout)},
+        "batch": {"prompts": prompts, "n": n, "samples": samples,
+                  "prompt_length": int(recipe.data.max_prompt_length), "response_length": recipe.rollout.response_width},
         "pools": {name: pool.to_dict() for name, pool in pools.items()},
         "roles": roles,
         "dataflow": dataflow,

@@ -84,12 +84,13 @@ def test_validate_refuses_each_problem_under_the_key_and_exits_2(tmp_path):
 
 def test_inspect_dispatch_shows_the_engines_and_their_ranks_colocated_and_separate():
     from rlhfctl.recipe.dataflow import training_step
+    from rlhfctl.recipe.resolved import resolve
 
-    colocated = training_step(load_recipe(QUICKSTART, [*VLLM, f"{KEY}=2", "resource_pools.main.process_on_nodes=[4]"]))
+    colocated = training_step(resolve(load_recipe(QUICKSTART, [*VLLM, f"{KEY}=2", "resource_pools.main.process_on_nodes=[4]"])))
     assert "vllm engines: 2 x TP 2: ranks [0,1] [2,3]" in colocated[0].note
-    separate = training_step(load_recipe(QUICKSTART, [
+    separate = training_step(resolve(load_recipe(QUICKSTART, [
         *VLLM, f"{KEY}=2", "resource_pools.gen={process_on_nodes: [2], use_gpu: false}", "rollout.placement=separate",
-        "rollout.pool=gen"]))
+        "rollout.pool=gen"])))
     assert "engine: vllm, vllm engines: 1 x TP 2: ranks [0,1] on pool gen (rollout.placement: separate)" in separate[0].note
 
 

@@ -8,11 +8,12 @@ import pytest
 
 from rlhfctl.recipe import RecipeError, load_recipe
 from rlhfctl.recipe.dispatch_plan import build_dispatch_plan
+from rlhfctl.recipe.resolved import resolve
 from tests.recipe.builders import STUB
 
 
 def _plan(path, *overrides, batch_size=None):
-    return build_dispatch_plan(load_recipe(path, list(overrides)), batch_size=batch_size)
+    return build_dispatch_plan(resolve(load_recipe(path, list(overrides))), batch_size=batch_size)
 
 
 def _calls(plan) -> dict:

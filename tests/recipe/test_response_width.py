@@ -15,6 +15,6 @@ def test_the_response_is_max_new_tokens_wide_or_the_trajectory_budget_with_multi
     recipe = write_recipe(tmp_path, BASE_RECIPE)
     single, agent = load_recipe(recipe, []), load_recipe(recipe, MULTI_TURN)
     spec = TensorSpec("responses", ("rows", "response_len"), "int64")
-    assert resolve_dims(spec, 8, single) == (8, 32) and resolve_dims(spec, 8, agent) == (8, 96)
+    assert resolve_dims(spec, 8, resolve(single)) == (8, 32) and resolve_dims(spec, 8, resolve(agent)) == (8, 96)
     assert longest_row(resolve(single)) == (64, "data.max_prompt_length 32 + rollout.max_new_tokens 32")
     assert longest_row(resolve(agent)) == (128, "data.max_prompt_length 32 + rollout.multi_turn.max_response_tokens 96")

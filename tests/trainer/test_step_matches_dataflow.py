@@ -10,6 +10,7 @@ import pytest
 
 from rlhfctl.recipe import load_recipe, validate_recipe
 from rlhfctl.recipe.dataflow import training_step
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.trainer import run_training
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
@@ -31,7 +32,7 @@ def calls_per_step(output_dir: Path) -> list[Counter]:
 
 def planned(cfg) -> Counter:
     """The group calls of one step as ``training_step`` describes them (driver work left out)."""
-    return Counter(call.name for call in training_step(cfg) if call.role != "driver")
+    return Counter(call.name for call in training_step(resolve(cfg)) if call.role != "driver")
 
 
 def run(recipe: str, tmp_path: Path, *overrides: str) -> tuple[Counter, list[Counter]]:
