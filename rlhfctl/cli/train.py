@@ -45,6 +45,7 @@ def train(
         from rlhfctl.cli.essentials import render_essentials
         from rlhfctl.cli.reporters import make_reporter
         from rlhfctl.cli.validate import render_issues
+        from rlhfctl.recipe.resolved import resolve
         from rlhfctl.recipe.validate import validate_recipe
 
         report = validate_recipe(cfg)
@@ -55,7 +56,7 @@ def train(
 
         check_output_dir(cfg)  # a used output_dir is refused before the run header is printed
         if not quiet:
-            render_essentials(console, cfg, path, report)
+            render_essentials(console, resolve(cfg), path, report)  # resolved once validate has passed it
             render_issues(console, report)
         from rlhfctl.trainer import run_training
 
