@@ -26,6 +26,7 @@ from rlhfctl.pipeline.observer import PipelineObserver, StagePlan, StageResult
 from rlhfctl.pipeline.references import substitute
 from rlhfctl.pipeline.spec import MODEL_DIR, PipelineSpec, StageSpec
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.recipe.resolved import resolve
 
 __all__ = ["SUMMARY_FILE", "plan_stages", "run_pipeline"]
 
@@ -37,7 +38,8 @@ def _stage_error(stage: StageSpec, error: RecipeError) -> PipelineError:
     return PipelineError(f"stages.{stage.name} ({stage.describe_recipe()}): {error}", key_path=key, kind=error.kind)
 
 
-def _load_stage(spec: PipelineSpec, stage: StageSpec, index: int) -> StagePlan:
+def _load_stage(spec: PipelineSpec, stage: StageSpec) -> Any:
+    """The stage's recipe, loaded with its overrides (not validated yet)."""
     from rlhfctl.recipe.load import load_recipe, recipe_from_dict
 
     outputs = {name: spec.attributes(name) for name in spec.names()}
@@ -52,21 +54,20 @@ def _load_stage(spec: PipelineSpec, stage: StageSpec, index: int) -> StagePlan:
             cfg = recipe_from_dict(substitute(stage.recipe, outputs), overrides)
     except RecipeError as error:
         raise _stage_error(stage, error) from None
-    algorithm = str(cfg.algorithm.get("name") or "ppo")
-    return StagePlan(index, stage.name, algorithm, directory, cfg, fingerprint(cfg), stage.describe_recipe())
+    return cfg
 
 
-def _check(plan: StagePlan, stage: StageSpec, pending: list[Path], observer: PipelineObserver) -> None:
+def _check(cfg: Any, stage: StageSpec, pending: list[Path], observer: PipelineObserver) -> None:
     """Validate a stage's recipe; errors about outputs of stages in ``pending`` (not run yet) are expected."""
     from rlhfctl.recipe.validate import validate_recipe
 
-    report = validate_recipe(plan.cfg)
+    report = validate_recipe(cfg)
     errors = [issue for issue in report.errors if not any(str(path) in issue.message for path in pending)]
     if errors:
         first = errors[0]
         raise _stage_error(stage, RecipeError(first.message, key_path=first.key_path))
     for issue in report.warnings:
-        observer.message(f"stages.{plan.name}: {issue.message}", "warning")
+        observer.message(f"stages.{stage.name}: {issue.message}", "warning")
 
 
 def plan_stages(spec: PipelineSpec, observer: PipelineObserver | None = None) -> list[StagePlan]:
@@ -74,15 +75,18 @@ def plan_stages(spec: PipelineSpec, observer: PipelineObserver | None = None) ->
     observer = observer or PipelineObserver()
     plans = []
     for index, stage in enumerate(spec.stages):
-        plan = _load_stage(spec, stage, index)
-        _check(plan, stage, [spec.stage_dir(name) for name in spec.names()[:index]], observer)
-        plans.append(plan)
+        cfg = _load_stage(spec, stage)
+        _check(cfg, stage, [spec.stage_dir(name) for name in spec.names()[:index]], observer)
+        algorithm = str(resolve(cfg).algorithm.name)  # resolved once validate has passed it
+        plans.append(StagePlan(index, stage.name, algorithm, spec.stage_dir(stage.name), cfg, fingerprint(cfg),
+                               stage.describe_recipe()))
     return plans
 
 
 def _start_ray(plans: list[StagePlan]) -> Any:
     """One Ray session for the stages to run (the first Ray stage's settings); None when all run locally."""
-    ray_cfg = next((plan.cfg.ray for plan in plans if plan.cfg.ray.backend == "ray"), None)
+    settings = (resolve(plan.cfg).ray for plan in plans)  # each stage's recipe, validated when planned
+    ray_cfg = next((ray for ray in settings if ray.backend == "ray"), None)
     if ray_cfg is None:
         return None
     from rlhfctl.ray_cluster import start_or_join_ray
@@ -98,7 +102,7 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
 def _run_stage(plan: StagePlan, stage: StageSpec, observer: PipelineObserver) -> StageResult:
     from rlhfctl.trainer.run import run_training
 
-    _check(plan, stage, [], PipelineObserver())  # now with the earlier stages' models; warnings were shown when planning
+    _check(plan.cfg, stage, [], PipelineObserver())  # now with the earlier stages' models; warnings were shown when planning
     clear_marker(plan.directory)
     observer.stage_started(plan)
     start = time.perf_counter()
