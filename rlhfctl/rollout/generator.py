@@ -28,6 +28,7 @@ from torch import nn
 from rlhfctl.agents.trajectory import response_width
 from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_generator
 from rlhfctl.protocol import DataProto
+from rlhfctl.rollout import vllm_engine
 from rlhfctl.rollout.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
 from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch, sample_responses
 from rlhfctl.rollout.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
@@ -99,23 +100,21 @@ class Generator:
         model's weights. Colocated, it may sleep (sleep mode as the recipe sets it) and ``probe_gap`` (the actor's
         log-prob gap on a probe's samples) checks its first sync before it serves; on a pool of its own it never
         sleeps."""
-        from rlhfctl.rollout.vllm_engine import (VLLM_INSTALL_HINT, VllmNotInstalled, VllmRolloutEngine,
-                                                  context_length, engine_settings, vllm_installed)
-
-        if not vllm_installed():
-            raise VllmNotInstalled(f"rollout.engine: vllm needs vllm in the {self.role} workers: {VLLM_INSTALL_HINT}")
-        settings = engine_settings(self.rollout)
+        if not vllm_engine.vllm_installed():
+            raise vllm_engine.VllmNotInstalled(
+                f"rollout.engine: vllm needs vllm in the {self.role} workers: {vllm_engine.VLLM_INSTALL_HINT}")
+        settings = vllm_engine.engine_settings(self.rollout)
         if not self.colocated:
             settings = {**settings, "enable_sleep_mode": False}  # its pool trains nothing
         self.dtype, self.probe_gap = dtype, probe_gap
-        engine = VllmRolloutEngine(
+        engine = vllm_engine.VllmRolloutEngine(
             self.model,
             role=self.role,
             rank=self.rank,
             device=self.device,
             seed=derive_seed(self.seed, self.rank, "vllm"),
             settings=settings,
-            max_model_len=context_length(self.model, prompt_length, response_width(self.rollout)),
+            max_model_len=vllm_engine.context_length(self.model, prompt_length, response_width(self.rollout)),
             dtype=str(dtype),
             local_rank=local_rank,
             local_world_size=local_world_size,
@@ -131,26 +130,22 @@ class Generator:
 
     def tensor_parallel_size(self) -> int:
         """``rollout.vllm.tensor_parallel_size``, with the schema's default."""
-        from rlhfctl.rollout.vllm_engine import engine_settings
-
-        return int(engine_settings(self.rollout)["tensor_parallel_size"])
+        return int(vllm_engine.engine_settings(self.rollout)["tensor_parallel_size"])
 
     def check_first_sync(self, engine: Any, sleep: bool = True) -> None:
         """Score a few fixed prompt tokens' samples with the engine and with the actor right after the first
         sync (and, with sleep mode, after the first wake: see ``probe_due``); a mean |difference| above the
         tolerance means the engine samples from another model than the one trained (a weight the sync missed,
         say), and stops the run with exit 2."""
-        from rlhfctl.rollout.vllm_engine import VllmSyncMismatch, probe_tolerance
-
         engine.probes += 1
         when = "the first weight sync" if engine.probes == 1 else "its first wake from sleep"
         prompts = probe_prompts(vocab_of(self.tokenizer, base_config(self.model)))
         seed = derive_seed(self.seed, self.rank, "vllm-probe", *(() if engine.probes == 1 else (engine.probes,)))
         probe = self._vllm_rollout(prompts, PROBE_PARAMS, seed, engine, sleep=sleep)
         diff, tokens = self.probe_gap(probe)
-        tolerance = probe_tolerance(self.dtype)
+        tolerance = vllm_engine.probe_tolerance(self.dtype)
         if not diff <= tolerance:  # NaN fails too
-            raise VllmSyncMismatch(
+            raise vllm_engine.VllmSyncMismatch(
                 f"{self.role} rank {self.rank}: after {when} the vLLM engine's log-probs differ from the "
                 f"actor's by {diff:.3g} on average (tolerance {tolerance:g}, {tokens} probe tokens) for "
                 f"{engine.architecture}: the engine would sample from another model than the one trained. "
@@ -230,14 +225,12 @@ class Generator:
     def _generate_vllm(self, prompts: DataProto, params: SamplingParams, seed: int) -> DataProto:
         """This rank's engine's rollout; colocated, the engine is synced (asleep since the last rollout) and probed
         first when ``probe_due``."""
-        from rlhfctl.rollout.vllm_engine import probe_due
-
         _require_keys(prompts, _PROMPT_KEYS, "generate_sequences")
         engine = self.vllm
         if self.probe_gap is not None:
             if not engine.weights_current:
                 engine.sync(self.model)  # asleep since the last rollout: wake and load before a probe
-            if probe_due(engine.sleep_mode, engine.wakes, engine.probes):
+            if vllm_engine.probe_due(engine.sleep_mode, engine.wakes, engine.probes):
                 self.check_first_sync(engine, sleep=False)  # awake for the rollout that follows
         return self._vllm_rollout(prompts, params, seed, engine)
 

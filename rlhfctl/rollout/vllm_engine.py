@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import glob
 import importlib.metadata
 import importlib.util
 import json
@@ -34,12 +35,19 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
+from rlhfctl.agents.llm import Generation
+from rlhfctl.engine.lora import is_lora
+from rlhfctl.engine.seeding import capture_rng_state, restore_rng_state
 from rlhfctl.errors import UserError
+from rlhfctl.recipe.schema import VllmRolloutConfig
+from rlhfctl.rollout.tensor_parallel import engine_groups
 
 __all__ = [
     "VLLM_INSTALL_HINT",
@@ -181,15 +189,13 @@ def probe_due(sleep_mode: bool, wakes: int, probes: int) -> bool:
 def probe_tolerance(dtype: Any) -> float:
     """The mean |log p_engine - log p_actor| the first-sync probe accepts: 1e-3 in float32, 0.1 in 16 bits and
     for auto (vLLM may run a float32 checkpoint in 16 bits); a dummy head or a missing weight gives tenths to nats."""
-    from rlhfctl.models.loading import resolve_dtype
+    from rlhfctl.models.loading import resolve_dtype  # transformers: off the fast path (validate imports this module)
 
     return 1e-3 if resolve_dtype(dtype) in (torch.float32, torch.float64) else 0.1
 
 
 def engine_settings(rollout: Mapping[str, Any]) -> dict[str, Any]:
     """``rollout.vllm`` with the schema's defaults filled in (the schema is their one home)."""
-    from rlhfctl.recipe.schema import VllmRolloutConfig
-
     settings = dataclasses.asdict(VllmRolloutConfig())
     given = rollout.get("vllm") or {}
     settings.update({key: value for key, value in dict(given).items() if value is not None})
@@ -203,7 +209,7 @@ def _unwrapped(module: nn.Module) -> nn.Module:
 def _full(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The whole tensor of a parameter in ``dtype`` (None: its own): a DTensor (FSDP2) casts its local shard
     first and then all-gathers, so float32 masters travel in the engine's 16 bits, half the bytes."""
-    from rlhfctl.engine.placement import full_tensor
+    from rlhfctl.engine.placement import full_tensor  # transformers: off the fast path (validate imports this module)
 
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)  # a DTensor stays a DTensor with the same placements: a pointwise op on the shard
@@ -214,8 +220,6 @@ def _named_weights(model: nn.Module, dtype: torch.dtype | None = None) -> Iterat
     """(checkpoint name, thunk giving the full tensor in ``dtype``, local bytes); a peft model's LoRA layers
     are merged: base weight plus the adapter's delta, summed in the master dtype on the shards, then cast
     and gathered, so the engine needs no adapter support."""
-    from rlhfctl.engine.lora import is_lora
-
     lora = is_lora(model)
     owners = dict(model.named_modules()) if lora else {}
     adapter = getattr(model, "active_adapter", "default")
@@ -240,7 +244,7 @@ def _merged(base: torch.Tensor, delta: torch.Tensor, dtype: torch.dtype | None) 
 
     A LoRA base is stored in the compute dtype (bf16) and its adapter in float32: the sum is taken in float32 and
     rounded once, as peft's merge does, not rounded twice through the base's dtype."""
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # off the fast path (validate imports this module)
 
     wide = torch.promote_types(base.dtype, delta.dtype)
     if isinstance(base, DTensor) and isinstance(delta, DTensor):
@@ -276,7 +280,7 @@ def _gather_bucket(bucket: list[tuple[str, Any]]) -> Iterator[tuple[str, torch.T
 
 def _model_class(model: nn.Module) -> type:
     """The transformers class of ``model``: under FSDP2 its type is a generated ``FSDP<Class>`` subclass."""
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule  # off the fast path (validate imports this module)
 
     cls = type(model)
     if issubclass(cls, FSDPModule):
@@ -337,8 +341,6 @@ class VllmRolloutEngine:
         self.dtype = _engine_dtype(dtype)  # the sync casts the shards to it before gathering
         self._config_dir = _engine_config_dir(module)
         self.architecture = _architecture(module)  # named by the first-sync probe's error
-        from rlhfctl.engine.seeding import capture_rng_state, restore_rng_state
-
         rng = capture_rng_state()  # vLLM seeds the global generators; the actor's streams stay its own
         try:
             self.llm = self._start(seed % 2**31, max_model_len, dtype)
@@ -354,8 +356,6 @@ class VllmRolloutEngine:
 
     # ------------------------------------------------------------------ start and stop
     def _start(self, seed: int, max_model_len: int, dtype: str) -> Any:
-        import torch.distributed as dist
-
         problem = vllm_version_problem()
         if problem is not None:
             raise VllmTooOld(problem)
@@ -363,9 +363,9 @@ class VllmRolloutEngine:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", str(self.settings["log_level"]).upper())
         if str(self.settings["log_level"]).upper() != "DEBUG":
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
-        from vllm import LLM
+        from vllm import LLM  # vllm is an optional extra
 
-        from rlhfctl.models.loading import resolve_dtype
+        from rlhfctl.models.loading import resolve_dtype  # transformers: only when an engine starts
 
         options: dict[str, Any] = {
             "model": self._config_dir,
@@ -533,8 +533,6 @@ class VllmRolloutEngine:
         tensor-parallel ranks need), and the index of this rank's first one; at t = 1 this rank's own."""
         if self._prompt_group is None:
             return prompts, sampling, 0
-        import torch.distributed as dist
-
         parts: list[Any] = [None] * self.tensor_parallel_size
         dist.all_gather_object(parts, (prompts, sampling), group=self._prompt_group)
         first = sum(len(part[0]) for part in parts[: dist.get_rank(self._prompt_group)])
@@ -545,10 +543,6 @@ class VllmRolloutEngine:
         requests go to the engine as one list of token prompts, one sample each with its own ``max_tokens``
         and seed; the tokens and log-probs come back as the engine produced them. Call :meth:`sleep` after
         the last round."""
-        from dataclasses import replace
-
-        from rlhfctl.agents.llm import Generation
-
         if self.tensor_parallel_size > 1:  # validate refuses it (rlhfctl.recipe.check_tensor_parallel)
             raise VllmEngineError(f"{self.role} rank {self.rank}: rollout.multi_turn needs rollout.vllm.tensor_parallel_size 1: "
                                   "an agent's rounds differ from rank to rank, and an engine's ranks must send the same requests")
@@ -579,7 +573,7 @@ class VllmRolloutEngine:
 
     @staticmethod
     def _sampling_params(params: Any, eos_ids: list[int], seed: int) -> Any:
-        from vllm import SamplingParams as VllmSamplingParams
+        from vllm import SamplingParams as VllmSamplingParams  # vllm is an optional extra
 
         return VllmSamplingParams(
             n=int(params.n),
@@ -601,8 +595,6 @@ def _remove_stale_shared_memory(rank: int, tensor_parallel_size: int, directory:
     ("<ident>-tp:0-[0-1]-cpushm_<i>", the ident being "//" under the external launcher), and a process that is
     killed (as Ray stops workers) leaves it behind: the next engine on the node then fails to start with
     "create shm in SHMManager failed. errno: 17". Unlinking a name leaves any process that mapped it unharmed."""
-    import glob
-
     first = rank // int(tensor_parallel_size) * int(tensor_parallel_size)  # engines are consecutive blocks of ranks
     members = "-".join(str(member) for member in range(first, first + int(tensor_parallel_size)))
     pattern = os.path.join(directory, f"*-[[]{members}[]]-cpushm_{rank - first}")
@@ -619,10 +611,6 @@ def _remove_stale_shared_memory(rank: int, tensor_parallel_size: int, directory:
 def _engine_group(tensor_parallel_size: int) -> Any:
     """The gloo group of this rank's engine (consecutive ranks): every rank of the world makes every engine's group,
     in the same order, as torch.distributed's ``new_group`` requires."""
-    import torch.distributed as dist
-
-    from rlhfctl.recipe.check_tensor_parallel import engine_groups
-
     mine = None
     for ranks in engine_groups(dist.get_world_size(), tensor_parallel_size):
         group = dist.new_group(ranks, backend="gloo")
@@ -653,7 +641,7 @@ def _refresh_tied_head(model: nn.Module) -> bool:
 def _engine_dtype(dtype: str) -> torch.dtype | None:
     """The torch dtype the engine keeps its weights in (the recipe's compute dtype); None for auto, where
     vLLM picks it: the sync then sends the masters' dtype and vLLM casts on copy."""
-    from rlhfctl.models.loading import resolve_dtype
+    from rlhfctl.models.loading import resolve_dtype  # transformers: off the fast path (validate imports this module)
 
     resolved = resolve_dtype(dtype)
     return resolved if isinstance(resolved, torch.dtype) else None

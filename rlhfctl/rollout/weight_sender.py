@@ -11,6 +11,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.single_controller.worker import free_port, node_ip_address
 from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
+from rlhfctl.rollout import vllm_engine
 from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel, bucketed
 
 __all__ = ["WeightSender"]
@@ -37,12 +38,10 @@ class WeightSender:
     def send_weights(self) -> dict[str, float]:
         """Send the current weights to the rollout ranks; ``time/weight_sync`` and ``rollout/sync_bytes``
         (weights in the engine's dtype) and the ``version`` they are (the updates taken so far)."""
-        from rlhfctl.rollout.vllm_engine import engine_settings, gathered_weights
-
         self._require_model()
         start = time.perf_counter()
-        bucket = int(float(engine_settings(self.rollout)["sync_bucket_mib"]) * 2**20)  # rollout.vllm.sync_bucket_mib
-        weights = gathered_weights(self.module, bucket, self.engine.compute_dtype)
+        bucket = int(float(vllm_engine.engine_settings(self.rollout)["sync_bucket_mib"]) * 2**20)  # rollout.vllm.sync_bucket_mib
+        weights = vllm_engine.gathered_weights(self.module, bucket, self.engine.compute_dtype)
         sent = 0
         if self.rank == 0:
             if self.weight_channel is None:
