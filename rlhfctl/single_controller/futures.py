@@ -36,7 +36,7 @@ class ShardRef:
 
     def resolve(self) -> Any:
         """Fetch the referenced values (zero-copy where possible) and assemble this rank's argument."""
-        import ray
+        import ray  # ray: only under the ray backend, off the CLI's fast path
 
         values = ray.get([ref for ref, _ in self.parts], timeout=WORKER_FETCH_TIMEOUT_S)
         if self.collect is not None:
@@ -74,7 +74,7 @@ def materialize(value: Any) -> Any:
     if isinstance(value, (ShardRef, ShardUnion)):
         return value.resolve()
     if type(value).__name__ == "ObjectRef":
-        import ray
+        import ray  # ray: only under the ray backend, off the CLI's fast path
 
         return ray.get(value, timeout=WORKER_FETCH_TIMEOUT_S)
     return value

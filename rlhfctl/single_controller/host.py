@@ -12,8 +12,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from rlhfctl.library_output import quiet_this_process
 from rlhfctl.single_controller import rank_progress
 from rlhfctl.single_controller import worker as worker_module
+from rlhfctl.single_controller.decorator import registered_methods
 from rlhfctl.single_controller.worker import RankInfo, free_port, node_ip_address
 
 
@@ -57,8 +61,6 @@ class WorkerHost:
     """Builds the role workers of one rank and calls their methods by role and name."""
 
     def __init__(self, env_vars: dict[str, str] | None = None) -> None:
-        from rlhfctl.library_output import quiet_this_process
-
         os.environ.update(env_vars or {})
         quiet_this_process()  # libraries' own bars and warnings stay off the console unless RLHFCTL_VERBOSE=1
         self.workers: dict[str, Any] = {}
@@ -77,8 +79,6 @@ class WorkerHost:
         if set_environ:
             os.environ.update(rank_info.env())
             if num_threads:
-                import torch
-
                 torch.set_num_threads(num_threads)
                 os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
         previous = worker_module._constructing_rank
@@ -134,8 +134,6 @@ def host_class_for(roles: dict[str, ClassWithInitArgs]) -> type:
     """A WorkerHost with one method per registered ``role.method``, so a Ray call names its target
     by the actor method it invokes instead of sending role and method name as two extra arguments
     (each argument costs about 0.2 ms per call on Ray). :meth:`WorkerHost.call` still serves any other."""
-    from rlhfctl.single_controller.decorator import registered_methods
-
     targets: dict[str, list[tuple[str, str]]] = {}
     for role, spec in roles.items():
         for method in registered_methods(spec.cls):

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from rlhfctl.protocol import DataProto
+
 __all__ = ["CHECK_INPUTS_ENV", "InputWrittenError", "check_inputs_enabled", "fingerprint_inputs", "verify_inputs"]
 
 CHECK_INPUTS_ENV = "RLHFCTL_CHECK_INPUTS"
@@ -40,8 +42,6 @@ def _tensor_crc(tensor: torch.Tensor) -> int:
 
 
 def _dataprotos(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
-    from rlhfctl.protocol import DataProto
-
     named = [(f"positional argument {index}", value) for index, value in enumerate(args)]
     named += [(f"argument '{key}'", value) for key, value in kwargs.items()]
     return [(name, value) for name, value in named if isinstance(value, DataProto)]

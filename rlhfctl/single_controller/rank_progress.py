@@ -114,7 +114,7 @@ _sink_state: dict[str, Any] = {"sink": None, "looked_up": 0.0, "local_board": No
 
 
 def _node() -> str:
-    from rlhfctl.single_controller.worker import node_ip_address
+    from rlhfctl.single_controller.worker import node_ip_address  # the worker module pulls torch: off the CLI's fast path
 
     node = _sink_state.get("node")
     if node is None:
@@ -134,7 +134,7 @@ def _find_sink() -> Callable[[RankProgress], None] | None:
         return None
     _sink_state["looked_up"] = now
     try:
-        import ray
+        import ray  # ray: only under the ray backend, off the CLI's fast path
 
         if not ray.is_initialized():
             return None
@@ -193,7 +193,7 @@ def start_board(backend: str) -> tuple[Callable[[], list[RankProgress]], Callabl
             _sink_state["local_board"] = None
 
         return board.snapshot, close_local
-    import ray
+    import ray  # ray: only under the ray backend
 
     handle = _session_board(ray)
 

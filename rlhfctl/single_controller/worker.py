@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+
+import torch
+import torch.distributed as dist
 
 from rlhfctl.single_controller.decorator import Dispatch, Execute, register
 from rlhfctl.single_controller.gloo_interface import pin_gloo_interface
@@ -66,7 +70,7 @@ def free_port() -> int:
 def ray_node_id() -> str | None:
     """The Ray node id of this process, or None outside Ray."""
     try:
-        import ray
+        import ray  # ray: only under the ray backend, off the CLI's fast path
 
         if ray.is_initialized():
             return ray.get_runtime_context().get_node_id()
@@ -78,7 +82,7 @@ def ray_node_id() -> str | None:
 def node_ip_address() -> str:
     """This node's address as the cluster sees it (Ray's view when running under Ray)."""
     try:
-        import ray
+        import ray  # ray: only under the ray backend
 
         if ray.is_initialized():
             return ray.util.get_node_ip_address()
@@ -115,11 +119,6 @@ class Worker:
 
     def init_distributed(self, backend: str | None = None, timeout_s: float = 600.0) -> Any:
         """Join the group's torch.distributed process group (gloo on CPU, nccl on CUDA); idempotent."""
-        import datetime
-
-        import torch
-        import torch.distributed as dist
-
         if dist.is_initialized():
             return dist.group.WORLD
         if backend is None:
@@ -156,8 +155,6 @@ class Worker:
     def shutdown_worker(self) -> None:
         """Release process-wide resources (the torch.distributed group) before the process ends."""
         try:
-            import torch.distributed as dist
-
             if dist.is_initialized():
                 dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - best effort at shutdown
