@@ -56,7 +56,7 @@ class _RayHosts:
     def kill(self) -> None:
         if not self.alive:
             return
-        import ray
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
         for handle in self.handles:
             try:
@@ -68,8 +68,8 @@ class _RayHosts:
 
 def _spawn_hosts(pool: RayResourcePool, roles: dict[str, ClassWithInitArgs], name: str) -> _RayHosts:
     """Start one WorkerHost actor per rank in the pool's bundles and build the roles' workers in it."""
-    import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    import ray  # ray: only when the ray backend starts, off the CLI's fast path
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # as above
 
     placement_groups = pool.placement_groups()
     env_vars: dict[str, str] = {}
@@ -113,7 +113,7 @@ def _wait_for(refs: list[Any], ranks: list[int], role: str, method: str, timeout
 
     ``ray.get`` on the list returns as soon as any rank fails, so the common path is one call.
     """
-    import ray
+    import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
     try:
         return ray.get(refs, timeout=timeout)
@@ -132,7 +132,7 @@ def _raise_first_failure(ready: list[Any], refs: list[Any], ranks: list[int], ro
                          worker_class: str) -> None:
     """Raise a named error for the lowest failed rank among ``ready``; a rank whose process died comes first, since
     its peers' errors (a collective whose other end is gone) are usually its doing."""
-    import ray
+    import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
     rank_of = dict(zip(refs, ranks))
     in_order = sorted(ready, key=lambda r: rank_of[r])
@@ -166,7 +166,7 @@ def _put_shared_once(rank_args: list[tuple], rank_kwargs: list[dict]) -> tuple[l
 
     Ray resolves a top-level ObjectRef argument before the call, so the worker still gets the value.
     """
-    import ray
+    import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
     first_args, first_kwargs = rank_args[0], rank_kwargs[0]
     shared: dict[int, Any] = {}
@@ -243,7 +243,7 @@ class RayWorkerGroup(WorkerGroup):
         return _wait_for(handles, ranks, self.role, method, timeout or self.call_timeout_s, self.worker_cls.__name__)
 
     def _ready(self, handles: list[Any]) -> bool:
-        import ray
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
         _, pending = ray.wait(list(handles), num_returns=len(handles), timeout=0)
         return not pending

@@ -86,7 +86,7 @@ class RayResourcePool(ResourcePool):
         return share
 
     def _check_capacity(self) -> None:
-        import ray
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
         available = ray.available_resources()
         total = ray.cluster_resources()
@@ -108,7 +108,7 @@ class RayResourcePool(ResourcePool):
         """The pool's placement groups, created (and waited for, bounded) on first use."""
         if self._placement_groups is not None:
             return self._placement_groups
-        import ray
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
         self._check_capacity()
         groups: list[Any] = []
@@ -124,8 +124,8 @@ class RayResourcePool(ResourcePool):
 
     def _place_on_a_new_node(self, count: int, placed: list[Any]) -> Any:
         """One node entry's bundles, on a node none of the pool's earlier entries use (bounded wait)."""
-        import ray
-        from ray.util.placement_group import placement_group, placement_group_table
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
+        from ray.util.placement_group import placement_group, placement_group_table  # as above
 
         used = sorted({node for pg in placed for node in placement_group_table(pg)["bundles_to_node_id"].values()})
         selector = [{"ray.io/node-id": f"!in({','.join(used)})"}] * count if used else None
@@ -143,7 +143,7 @@ class RayResourcePool(ResourcePool):
 
     def node_ids(self) -> list[str]:
         """The Ray node id of each node entry (after placement)."""
-        from ray.util.placement_group import placement_group_table
+        from ray.util.placement_group import placement_group_table  # ray: only with the ray backend
 
         return [next(iter(placement_group_table(pg)["bundles_to_node_id"].values())) for pg in self.placement_groups()]
 
@@ -151,7 +151,7 @@ class RayResourcePool(ResourcePool):
         """Remove the placement groups (the group's actors must be gone first)."""
         if not self._placement_groups:
             return
-        import ray
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
         for pg in self._placement_groups:
             try:
