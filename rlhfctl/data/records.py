@@ -68,7 +68,7 @@ def count_records(path: str | os.PathLike[str]) -> int | None:
     suffix = file.suffix.lower()
     try:
         if suffix == ".parquet":
-            import pyarrow.parquet as parquet
+            import pyarrow.parquet as parquet  # pyarrow: only for a Parquet file, off the CLI's fast path
 
             return int(parquet.ParquetFile(file).metadata.num_rows)
         if suffix == ".csv":
@@ -166,7 +166,7 @@ def _read_csv(file: Path, text: str) -> list[dict[str, Any]]:
 
 def _read_parquet(file: Path, limit: int | None) -> list[dict[str, Any]]:
     try:
-        import pyarrow.parquet as parquet
+        import pyarrow.parquet as parquet  # pyarrow: only for a Parquet file, and may be missing
     except ImportError as error:
         raise DataFileError(f"{file}: reading .parquet files needs pyarrow; run `pip install pyarrow`") from error
     try:
@@ -211,7 +211,7 @@ def _read_saved_dataset(directory: Path) -> list[dict[str, Any]]:
 
 def _read_arrow_shard(shard: Path) -> list[dict[str, Any]]:
     """One ``data-*.arrow`` file: an Arrow IPC stream (what datasets writes), or the IPC file format."""
-    import pyarrow as pa
+    import pyarrow as pa  # pyarrow: only for an Arrow shard, off the CLI's fast path
 
     if not shard.is_file():
         raise DataFileError(f"{shard}: listed in {SAVED_DATASET_STATE} but missing")
