@@ -91,8 +91,9 @@ def _math_verify_score(response: str, reference: str) -> float:
 
 def _math_verify_check(response: str, reference: str, limit: int | None) -> float:
     """verl's math_verify grading: the boxed reference against every answer parsed from the response."""
+    # math_verify is optional (math_verify_available decides)
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-    from math_verify.errors import TimeoutException
+    from math_verify.errors import TimeoutException  # as above
 
     try:
         references = parse("\\boxed{" + reference + "}", (LatexExtractionConfig(),), parsing_timeout=limit)
