@@ -50,7 +50,7 @@ def quiet_this_process() -> None:
         return
     os.environ.update(quiet_environment())
     if "huggingface_hub" in sys.modules:  # already imported, it read its variable then: tell it directly
-        from huggingface_hub.utils import disable_progress_bars
+        from huggingface_hub.utils import disable_progress_bars  # only when it is loaded already (the test above)
 
         disable_progress_bars()
     for message, category in _QUIET_WARNINGS:

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from rlhfctl.library_output import quiet_environment
+
 # Task arguments and results up to this size travel inside Ray's call messages instead of through the
 # object store (Ray's default is 100 KiB). A training step's batch is typically a few hundred KB, and
 # the object store's create/seal round trips cost more than copying that: a 150 KB argument took
@@ -31,7 +33,7 @@ class RaySession:
 
         A session that found Ray already initialised by its caller leaves that connection alone.
         """
-        import ray
+        import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
         if self.connected_here and ray.is_initialized():
             ray.shutdown()
@@ -53,9 +55,7 @@ def _driver_import_path() -> str:
 def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None,
                       dashboard: bool = False, env_vars: dict[str, str] | None = None) -> RaySession:
     """Join ``address`` (or RAY_ADDRESS) when given; otherwise start a private local Ray, dashboard off."""
-    import ray
-
-    from rlhfctl.library_output import quiet_environment
+    import ray  # ray: only when the ray backend starts, off the CLI's fast path
 
     address = address or os.environ.get("RAY_ADDRESS") or None
     # rlhfctl's own switches (every RLHFCTL_* variable) set on the driver reach every worker.
@@ -77,7 +77,7 @@ def start_or_join_ray(address: str | None = None, num_cpus: int | None = None, n
 
 def _init_private_ray(num_cpus: int | None, num_gpus: int | None, dashboard: bool, env: dict[str, str]) -> None:
     """``ray.init`` of a new local cluster: ``address="local"`` never joins one found on the machine."""
-    import ray
+    import ray  # ray: only when the ray backend starts
 
     ray.init(
         address="local",
@@ -121,7 +121,7 @@ def _ray_processes_in_their_own_session() -> Iterator[None]:
     first and the driver aborts. Only where the kernel ties each process to its parent's death (Linux),
     so nothing outlives a driver that is killed outright; elsewhere Ray starts them as it always does.
     """
-    from ray._private import services, utils
+    from ray._private import services, utils  # ray: only when the ray backend starts
 
     original = getattr(services, "ConsolePopen", None)
     if original is None or not sys.platform.startswith("linux") or not utils.detect_fate_sharing_support():
