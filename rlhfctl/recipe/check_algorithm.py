@@ -12,7 +12,6 @@ from typing import Any
 from rlhfctl.recipe.check_runtime import check_data, check_model, check_pools, check_resume, check_strategies, unregistered_methods
 from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import ensure_cwd_importable
-from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.resolve import uses_kl
 from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.schema import ROLE_NAMES, RecipeSchema
@@ -187,17 +186,24 @@ def _sampling(recipe: Recipe) -> list[Issue]:
 
 
 # ---------------------------------------------------------------------------------- sft, reward_model, dpo
-def check_stage(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
-    """The pools of the roles the stage starts, and every problem found (errors name their key)."""
+def stage_recipe(recipe: Recipe) -> Recipe | None:
+    """The resolved recipe of the roles a supervised stage starts (the others null), on the pools they use; None when
+    the trained role has no model (:func:`check_stage` says so)."""
+    if _trained_role(recipe, STAGES[str(recipe.stage)].trained_role, str(recipe.stage)):
+        return None
+    return resolve(_only_roles(recipe.sections, stage_roles(recipe.sections)))
+
+
+def check_stage(recipe: Recipe) -> list[Issue]:
+    """Every problem of a supervised stage's recipe (errors name their key)."""
     name = str(recipe.stage)
     spec = STAGES[name]
     issues = _trained_role(recipe, spec.trained_role, name)
     if issues:
-        return {}, issues
+        return issues
     roles = stage_roles(recipe.sections)
-    started = resolve(_only_roles(recipe.sections, roles))  # the roles the stage starts, on the pools they use
-    pools, pool_issues = check_pools(started)
-    issues += pool_issues
+    started = stage_recipe(recipe)
+    issues += check_pools(started)
     issues += _workers(recipe, roles, spec.trained_role, spec.worker, name)
     issues += _reference(recipe, name)
     issues += [issue for issue in check_data(recipe) if issue.key_path != "trainer.val_every"]
@@ -207,7 +213,7 @@ def check_stage(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
     issues += check_resume(recipe)
     issues += _shards(recipe, spec.trained_role)
     issues += check_strategies(started)
-    return pools, issues
+    return issues
 
 
 def _only_roles(sections: RecipeSchema, keep: dict[str, tuple[str, ...]]) -> RecipeSchema:

@@ -40,8 +40,8 @@ __all__ = [
     "worker_classes",
 ]
 
-def check_pools(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
-    """The resolved pools, with errors for undeclared pools and resources the Ray settings cannot give."""
+def check_pools(recipe: Recipe) -> list[Issue]:
+    """Errors for undeclared pools and resources the Ray settings cannot give; a warning for a pool no role uses."""
     declared = [str(name) for name in recipe.resource_pools]
     issues = []
     if DRIVER_POOL in declared:
@@ -59,12 +59,10 @@ def check_pools(recipe: Recipe) -> tuple[dict[str, PoolInfo], list[Issue]]:
                 f"{key}: pool {pool!r} is not declared in resource_pools (declared: {', '.join(declared)})"
                 f"{did_you_mean(pool, declared)}"
             )))
-    pools = dict(recipe.pools)
-    for pool in pools.values():
+    for pool in recipe.pools.values():
         if not pool.roles:
             issues.append(warning(f"resource_pools.{pool.name}", f"resource_pools.{pool.name}: no role uses this pool; it is not started"))
-    issues += _resources(recipe.ray, [pool for pool in pools.values() if pool.roles and not pool.in_driver])
-    return pools, issues
+    return issues + _resources(recipe.ray, [pool for pool in recipe.pools.values() if pool.roles and not pool.in_driver])
 
 
 def _driver_role(recipe: Recipe, role: str) -> list[Issue]:

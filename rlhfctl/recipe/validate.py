@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
 from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_agents import check_agents
-from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage
+from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage, stage_recipe
 from rlhfctl.recipe.check_placement import check_placement
 from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_sandbox import check_sandbox
@@ -33,12 +34,13 @@ from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.preflight import preflight
 from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.check_reward_names import reward_notes
-from rlhfctl.recipe.stages import is_stage, stage_roles
+from rlhfctl.recipe.specs import Recipe
+from rlhfctl.recipe.stages import stage_roles
 
 if TYPE_CHECKING:
     from rlhfctl.data.summary import DataFileSummary
 
-__all__ = ["ValidationReport", "memory_issues", "validate_recipe"]
+__all__ = ["PPO_CHECKS", "RUN_CHECKS", "STAGE_CHECKS", "Check", "ValidationReport", "memory_issues", "validate_recipe"]
 
 
 @dataclass
@@ -104,6 +106,24 @@ def memory_issues(plan: MemoryPlan) -> list[Issue]:
     return skipped + tight + [error(misfit.key_path, misfit.message) for misfit in plan.misfits()]
 
 
+Check = Callable[[Recipe], list[Issue]]
+"""A check: what is wrong with a resolved recipe, each issue naming its key path (it derives no fact of its own)."""
+
+#: The checks of every recipe, before its algorithm's own.
+RUN_CHECKS: tuple[Check, ...] = (check_loggers, check_restarts)
+
+#: The checks of a PPO-family recipe, in the order validate runs and reports them, grouped by concern.
+PPO_CHECKS: tuple[Check, ...] = (
+    check_pools, check_workers,                                           # where the roles run, and with what
+    check_algorithm, check_data, check_models,                            # the step, its data and models
+    check_rollout_engine, check_tensor_parallel, check_agents, check_sandbox,  # the rollout
+    check_placement, check_resume, check_strategies,                      # placement, resumption, sharding
+)
+
+#: The checks of a supervised stage (sft, reward_model, dpo): no rollout, no batch table.
+STAGE_CHECKS: tuple[Check, ...] = (check_stage, check_placement, check_token_budgets)
+
+
 def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int | None = None) -> ValidationReport:
     """Check a loaded recipe (imports, files, pools, algorithm, batch arithmetic) and derive its batch table
     and memory plan (compared with ``device_memory`` bytes when given)."""
@@ -112,36 +132,35 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
-    recipe = resolve(cfg)
-    report.issues += check_loggers(recipe) + check_restarts(recipe)
-    if is_stage(cfg):  # sft, reward_model, dpo: their own checks, no rollout batch table
-        report.pools, stage_issues = check_stage(recipe)
-        report.issues += stage_issues + check_placement(recipe) + check_token_budgets(recipe)
-        report.memory = plan_memory(resolve(cfg), report.pools, device_memory)
-        report.issues += memory_issues(report.memory)
-        if report.ok:
-            report.issues += preflight(recipe, report.pools, list(stage_roles(cfg)))[0]
-        return report
-    pools, pool_issues = check_pools(recipe)
-    report.pools = pools
-    report.issues += pool_issues
-    report.issues += check_workers(recipe)
-    report.issues += check_algorithm(recipe)
-    report.issues += check_data(recipe)
-    report.issues += check_models(recipe)
-    report.issues += check_rollout_engine(recipe)
-    report.issues += check_tensor_parallel(recipe)
-    report.issues += check_agents(recipe) + check_sandbox(recipe)
-    report.issues += check_placement(recipe)
-    report.issues += check_resume(recipe)
-    report.issues += check_strategies(recipe)
+    recipe = resolve(cfg)  # once: every check below reads it
+    report.issues += _run(RUN_CHECKS, recipe)
+    if recipe.stage is not None:
+        return _validate_stage(recipe, report, device_memory)
+    report.pools = dict(recipe.pools)
+    report.issues += _run(PPO_CHECKS, recipe)
     report.batch, batch_issues = derive_batch_table(recipe, batch_size)
     report.issues += batch_issues + check_token_budgets(recipe)
-    report.memory = plan_memory(resolve(cfg), pools, device_memory)
+    report.memory = plan_memory(recipe, report.pools, device_memory)
     report.issues += memory_issues(report.memory)
-    preflight_issues, report.data = preflight(recipe, pools, list(recipe.roles))  # data, reward signature, models, machine
+    preflight_issues, report.data = preflight(recipe, report.pools, list(recipe.roles))  # data, reward signature, models, machine
     report.issues += preflight_issues
     report.notes += reward_notes(recipe)
     report.example, example_issues = example_prompt(recipe)
     report.issues += example_issues
     return report
+
+
+def _validate_stage(recipe: Recipe, report: ValidationReport, device_memory: int | None) -> ValidationReport:
+    """sft, reward_model, dpo: their own checks on the roles they start, then the memory plan and preflight."""
+    report.issues += _run(STAGE_CHECKS, recipe)
+    started = stage_recipe(recipe)
+    report.pools = {} if started is None else dict(started.pools)
+    report.memory = plan_memory(recipe, report.pools, device_memory)
+    report.issues += memory_issues(report.memory)
+    if report.ok and started is not None:
+        report.issues += preflight(recipe, report.pools, list(stage_roles(recipe.sections)))[0]
+    return report
+
+
+def _run(checks: tuple[Check, ...], recipe: Recipe) -> list[Issue]:
+    return [issue for check in checks for issue in check(recipe)]
