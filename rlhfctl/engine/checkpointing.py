@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from safetensors.torch import load_model, save_file
 from torch import nn
 
@@ -47,6 +49,7 @@ from rlhfctl.engine.hf_export import (MAX_SHARD_BYTES, export_plan, lora_merged,
                                write_hf_weights)
 from rlhfctl.engine.lora import is_lora, load_adapter
 from rlhfctl.engine.seeding import capture_rng_state, restore_rng_state, rng_state_for_rank
+from rlhfctl.models.loading import save_hf_model
 
 __all__ = [
     "ADAPTER_DIR",
@@ -85,15 +88,11 @@ def _barrier() -> None:
 
 
 def _options(module: nn.Module) -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
     lora = is_lora(module)  # the adapter only: the frozen base is model.path's (non-strict load)
     return StateDictOptions(ignore_frozen_params=lora, strict=not lora)
 
 
 def _sharded_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     model_state, optim_state = get_state_dict(module, optimizer, options=_options(module))
     return {"model": model_state, "optim": optim_state}
 
@@ -121,8 +120,6 @@ def save_hf_directory(module: nn.Module, tokenizer: Any, target: Path, dtype: to
 
 def _save_hf_whole(module: nn.Module, tokenizer: Any, target: Path, dtype: torch.dtype | None) -> None:
     """``save_pretrained`` of the whole state gathered on rank 0 (LoRA merged): for models it renames on save."""
-    from rlhfctl.models.loading import save_hf_model
-
     state = full_state_dict(module, dtype)
     if _rank() != 0:
         return
@@ -138,7 +135,7 @@ def _save_hf_whole(module: nn.Module, tokenizer: Any, target: Path, dtype: torch
 
 def _save_adapter(module: nn.Module, target: Path) -> None:
     """The LoRA adapter from the gathered state (peft's own save cannot read sharded tensors)."""
-    from peft import get_peft_model_state_dict
+    from peft import get_peft_model_state_dict  # peft: only with LoRA
 
     keep = _rank() == 0  # the adapter's tensors only, gathered one at a time: never the base model
     state = {}
@@ -191,8 +188,6 @@ class PendingRoleSave:
 
 def _write_state(state: dict[str, Any], path: Path, asynchronous: bool, process_group: Any) -> Future | None:
     """Write the sharded state to ``path``: at once, or staged to CPU memory and written by a thread (its future)."""
-    import torch.distributed.checkpoint as dcp
-
     no_dist = not dist.is_initialized()
     if not asynchronous:
         dcp.save(state, checkpoint_id=str(path), no_dist=no_dist)
@@ -260,9 +255,6 @@ def load_role_state(
     if not source.is_dir():
         raise FileNotFoundError(f"no checkpoint for this role at {source}")
     if (source / STATE_DIR).is_dir():
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
         state = _sharded_state(module, optimizer)
         dcp.load(state, checkpoint_id=str(source / STATE_DIR), no_dist=not dist.is_initialized())
         set_state_dict(module, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],

@@ -205,7 +205,7 @@ def renames_on_save(module: nn.Module) -> bool:
     """Whether transformers would rename or fuse tensors on save (its weight conversions, e.g. MoE experts in
     transformers 5): such a model is exported whole by ``save_pretrained`` instead (shapes checked on meta)."""
     try:
-        from transformers.core_model_loading import revert_weight_conversion
+        from transformers.core_model_loading import revert_weight_conversion  # transformers 5 only: tried here
     except ImportError:  # transformers 4 has no weight conversions
         return False
     owner = _owner(_unwrapped(module))

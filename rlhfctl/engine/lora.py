@@ -22,7 +22,7 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 def apply_lora(model: nn.Module, lora: Mapping[str, Any], seed: int) -> nn.Module:
     """Wrap a causal LM in a peft LoRA model (adapter weights initialised from ``seed``)."""
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # peft: only with LoRA, off the CLI's fast path
 
     settings = {**defaults_of(LoraSection), **{key: value for key, value in dict(lora).items() if value is not None}}
     targets = settings["target_modules"]
@@ -63,7 +63,7 @@ def save_adapter(model: nn.Module, directory: str | os.PathLike[str]) -> None:
 
 def load_adapter(model: nn.Module, directory: str | os.PathLike[str], device: torch.device) -> None:
     """Load adapter weights written by :func:`save_adapter` into ``model``'s active adapter."""
-    from peft import load_peft_weights, set_peft_model_state_dict
+    from peft import load_peft_weights, set_peft_model_state_dict  # peft: only with LoRA
 
     weights = load_peft_weights(str(directory), device=str(device))
     result = set_peft_model_state_dict(model, weights)

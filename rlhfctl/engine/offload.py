@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from rlhfctl.engine.placement import EngineSettings
 
@@ -38,8 +39,6 @@ Method = TypeVar("Method", bound=Callable[..., Any])
 
 def _copy_to(tensor: torch.Tensor, device: torch.device, pin: bool) -> torch.Tensor:
     """A copy of ``tensor`` on ``device`` in fresh storage (a DTensor keeps its mesh and placements)."""
-    from torch.distributed.tensor import DTensor
-
     if isinstance(tensor, DTensor):
         local = _copy_to(tensor.to_local(), device, pin)
         return DTensor.from_local(local, tensor.device_mesh, tensor.placements, run_check=False,

@@ -30,12 +30,14 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.utils.weak import WeakIdKeyDictionary
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_utils import AttentionInterface
 
 from rlhfctl.algorithms import token_log_probs
-from rlhfctl.engine.forward import base_model, scoring_head
+from rlhfctl.engine.forward import _accepts, base_model, scoring_head
+from rlhfctl.models.loading import token_values
 
 __all__ = [
     "PACKING_FAMILIES",
@@ -152,8 +154,6 @@ def _packed_call(
 ) -> torch.Tensor:
     """Logits of one packed row at the packed positions ``keep`` (only those, where the model allows); with
     ``scoring`` (``scoring(select)``, see ``rlhfctl.engine.forward.scoring_head``) the head's scores there instead."""
-    from rlhfctl.engine.forward import _accepts
-
     kwargs = _packed_kwargs(model, packed)
     accepted = _accepts(model)
     if "use_cache" in accepted:
@@ -218,8 +218,6 @@ def packed_response_log_probs(
 
 def packed_response_values(model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor) -> torch.Tensor:
     """Values (B, R) at the response positions (read at P + t - 1) from one packed row; 0 at pad cells."""
-    from rlhfctl.models.loading import token_values
-
     width = batch["responses"].shape[1]
     packed = pack_rows(batch["input_ids"], batch["attention_mask"], position_ids)
     keep, valid = _prediction_cells(packed, batch["input_ids"].shape[1] - width, width)
@@ -251,8 +249,6 @@ def packed_sequence_scores(model: nn.Module, input_ids: torch.Tensor, attention_
     """Sequence-classifier scores (B,) from one packed row, read at the token transformers reads
     (the last one that is not the pad token). An FSDP2-sharded model runs padded through its root forward,
     which gathers the root's own shards (embeddings, score head): the packed path calls the backbone directly."""
-    from torch.distributed.fsdp import FSDPModule
-
     if isinstance(model, FSDPModule):
         return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, 0].float()
     inner = base_model(model)

@@ -38,6 +38,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig
 
 from rlhfctl.models.loading import cast_parameters, resolve_dtype, trained_leaves
 from rlhfctl.recipe.resolve import STRATEGIES, resolve_strategy  # the one home of the strategy default
@@ -159,8 +164,6 @@ def decoder_layers(module: nn.Module) -> list[nn.Module]:
 
 def is_sharded(module: nn.Module) -> bool:
     """True for a module that ``fully_shard`` has wrapped."""
-    from torch.distributed.fsdp import FSDPModule
-
     return isinstance(module, FSDPModule)
 
 
@@ -173,9 +176,6 @@ def mesh_device_type(device: torch.device, cuda_available: bool) -> str:
 
 
 def _fully_shard(module: nn.Module, settings: EngineSettings, device: torch.device) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
     _ensure_group(device)
     mixed = settings.compute_dtype != settings.storage_dtype
     mesh = init_device_mesh(mesh_device_type(device, torch.cuda.is_available()), (_world(),))
@@ -231,8 +231,6 @@ def _meta_model_cfg(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The same architecture as an inline config: ``from_pretrained`` cannot build on the meta device."""
     if model_cfg.get("path") in (None, ""):
         return dict(model_cfg)
-    from transformers import AutoConfig
-
     path = os.path.expanduser(str(model_cfg["path"]))
     config = AutoConfig.from_pretrained(path, trust_remote_code=bool(model_cfg.get("trust_remote_code")))
     fields = {k: v for k, v in config.to_dict().items() if k not in ("architectures", "transformers_version", "dtype", "torch_dtype")}
@@ -260,8 +258,6 @@ def materialize(
         for leaf in trained_leaves(module, frozen) if settings.strategy == "fsdp2" else ():
             _fully_shard(leaf, settings, device)  # one dtype per FSDP2 unit (see trained_leaves)
         return module, shard_model(module, settings, device)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
     directory = checkpoint_directory(model_cfg)
     if directory is not None:
         seed = [torch.initial_seed()]  # rank 0's: fresh tensors (a LoRA adapter, a new head) alike on every rank
@@ -405,16 +401,12 @@ def scoring_grad_mode(module: nn.Module) -> contextlib.AbstractContextManager:
 
 def module_device(module: nn.Module) -> torch.device:
     """The device of the module's first parameter (local shard under FSDP2)."""
-    from torch.distributed.tensor import DTensor
-
     parameter = next(module.parameters())
     return parameter.to_local().device if isinstance(parameter, DTensor) else parameter.device
 
 
 def full_tensor(tensor: Any) -> torch.Tensor:
     """The whole of a DTensor (a plain tensor as it is); CPU-offloaded shards hop to CUDA for NCCL."""
-    from torch.distributed.tensor import DTensor
-
     if not isinstance(tensor, DTensor):
         return tensor
     local = tensor.to_local()
@@ -463,8 +455,6 @@ def full_state_dict(module: nn.Module, dtype: torch.dtype | None = None, rank0_o
 
 
 def _local_bytes(tensor: torch.Tensor | None) -> int:
-    from torch.distributed.tensor import DTensor
-
     if tensor is None or not isinstance(tensor, torch.Tensor):
         return 0
     local = tensor.to_local() if isinstance(tensor, DTensor) else tensor

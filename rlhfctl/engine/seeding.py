@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 __all__ = ["capture_rng_state", "derive_seed", "gather_rng_states", "generation_seed_parts", "make_generator",
            "restore_rng_state", "rng_state_for_rank", "seed_everything"]
@@ -78,8 +79,6 @@ def gather_rng_states() -> list[dict[str, Any]] | None:
 
     A collective under torch.distributed: every rank of the group must call it.
     """
-    import torch.distributed as dist
-
     own = capture_rng_state()
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return [own]

@@ -29,6 +29,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from huggingface_hub import snapshot_download
+from safetensors import safe_open
+from torch.distributed.tensor import DTensor, Shard
+from transformers import GenerationConfig, PreTrainedModel
 
 from rlhfctl.models.loading import VALUE_HEAD_FILE
 
@@ -76,8 +80,6 @@ def checkpoint_directory(model_cfg: Mapping[str, Any]) -> Path | None:
     local = Path(os.path.expanduser(str(path)))
     if not local.is_dir():
         try:
-            from huggingface_hub import snapshot_download
-
             local = Path(snapshot_download(str(path), local_files_only=True))
         except Exception:  # noqa: BLE001 - not in the local cache (or not a hub id): the full load reports it
             return None
@@ -88,8 +90,6 @@ class CheckpointIndex:
     """Which file holds each tensor of a Hugging Face directory (``model.safetensors`` or an index of shards)."""
 
     def __init__(self, directory: Path) -> None:
-        from safetensors import safe_open
-
         if (directory / _INDEX_FILE).is_file():
             weight_map = json.loads((directory / _INDEX_FILE).read_text())["weight_map"]
             files = sorted(set(weight_map.values()))
@@ -213,9 +213,6 @@ def shard_rows(rows: int, rank: int, world: int) -> tuple[int, int]:
 def load_local_shards(module: nn.Module, index: CheckpointIndex, sources: dict[str, str | None],
                       fresh: dict[str, torch.Tensor], rank: int, world: int) -> LoadReport:
     """Fill every local shard of the ``fully_shard``-ed ``module`` (emptied, on its device) from the files or ``fresh``."""
-    from safetensors import safe_open
-    from torch.distributed.tensor import DTensor, Shard
-
     handles: dict[Path, Any] = {}
     report = LoadReport(fresh=sorted(fresh))
     with contextlib.ExitStack() as stack, torch.no_grad():
@@ -281,8 +278,6 @@ class ShardedLoad:
 
 def _adopt_generation_config(module: nn.Module, directory: Path) -> None:
     """The checkpoint's ``generation_config.json`` on the transformers model, as ``from_pretrained`` reads it."""
-    from transformers import GenerationConfig, PreTrainedModel
-
     if not (directory / "generation_config.json").is_file():
         return
     for sub in module.modules():
