@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from rlhfctl.algorithms import value_loss
+from rlhfctl.models.loading import load_token_value_model, token_values
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
@@ -31,8 +32,6 @@ def response_values(model: nn.Module, batch: Mapping[str, torch.Tensor], padding
 
     With ``padding_free`` the rows run packed into one (``rlhfctl.engine.packing``); pad cells are then 0.
     """
-    from rlhfctl.models.loading import token_values
-
     response_length = batch["responses"].shape[1]
     position_ids = batch.get("position_ids")
     if position_ids is None:
@@ -68,8 +67,6 @@ class CriticWorker(TrainableRoleWorker):
         self._init_trained_model()
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
-        from rlhfctl.models.loading import load_token_value_model
-
         return self._load_trained(load_token_value_model, model_cfg)
 
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)

@@ -19,6 +19,7 @@ from rlhfctl.engine.log_probs import response_log_probs
 from rlhfctl.engine.lora import adapter_disabled, apply_lora, is_lora
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.placement import scoring
+from rlhfctl.models.loading import load_causal_lm
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from workers.trainable import TrainableRoleWorker
@@ -47,8 +48,6 @@ class PolicyModelWorker(TrainableRoleWorker):
         self._init_trained_model()
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> torch.nn.Module:
-        from rlhfctl.models.loading import load_causal_lm
-
         model = self._load_trained(load_causal_lm, model_cfg)
         lora = self.config.get("lora")
         if lora is not None and lora is not False:  # `lora: {}` or `lora: true` means the defaults

@@ -7,6 +7,7 @@ from typing import Any
 
 from torch import nn
 
+from rlhfctl.models.loading import load_causal_lm, load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import scoring
@@ -34,8 +35,6 @@ class ReferenceWorker(RoleWorker):
     @on_device
     def init_model(self) -> None:
         """Build the tokenizer and the frozen model (eval mode, no gradients)."""
-        from rlhfctl.models.loading import load_causal_lm, load_tokenizer
-
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
 

@@ -10,9 +10,11 @@ import torch
 from torch import nn
 
 from rlhfctl.algorithms.overlong import overlong_buffer_problem, overlong_penalty
+from rlhfctl.models.loading import load_sequence_classifier, load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.errors import RecipeError
 from rlhfctl.single_controller import Dispatch, rank_progress, register
+from rlhfctl.tasks import get_task
 from rlhfctl.tasks.reward_fn import named_score_column
 from rlhfctl.engine.placement import forwards_are_collective, scoring
 from rlhfctl.engine.micro_batches import scoring_slices
@@ -98,15 +100,11 @@ class RewardWorker(RoleWorker):
                     f"roles.{self.role} needs 'function' ('module:function' or 'path/to/file.py:function') "
                     "or 'model' (a sequence-classification reward model), or data.task for a bundled task"
                 )
-            from rlhfctl.tasks import get_task
-
             self.function = get_task(str(task)).score
             self.function_name = f"task {task!r}"
         self._ready = True
 
     def _load_model(self) -> None:
-        from rlhfctl.models.loading import load_sequence_classifier, load_tokenizer
-
         model_cfg = self.spec.model
         trust = bool(model_cfg["trust_remote_code"])
         self.model_tokenizer = load_tokenizer(model_cfg, trust_remote_code=trust)
@@ -125,8 +123,6 @@ class RewardWorker(RoleWorker):
     def _policy_tokenizer(self) -> Any:
         """The actor's tokenizer, loaded on first use, to decode prompts/responses given only as ids."""
         if self.tokenizer is None:
-            from rlhfctl.models.loading import load_tokenizer
-
             actor_model = self.recipe.role("actor").model
             self.tokenizer = load_tokenizer(actor_model, trust_remote_code=bool(actor_model["trust_remote_code"]))
         return self.tokenizer

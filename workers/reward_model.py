@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.utils import logging as hf_logging
 
 from rlhfctl.algorithms.preference_losses import bradley_terry_loss
+from rlhfctl.models.loading import load_sequence_classifier
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.engine.placement import serving
@@ -51,8 +53,6 @@ def pair_scores(
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
     """Silence transformers' load report (missing / unexpected weights) inside the block."""
-    from transformers.utils import logging as hf_logging
-
     previous = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -81,8 +81,6 @@ class RewardModelTrainerWorker(TrainableRoleWorker):
         self._init_trained_model()
 
     def _build_model(self, model_cfg: Mapping[str, Any]) -> nn.Module:
-        from rlhfctl.models.loading import load_sequence_classifier
-
         with _quiet_transformers():  # from a causal LM the score head is new and lm_head unused, as intended
             return self._load_trained(load_sequence_classifier, model_cfg)
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlhfctl.models.loading import load_causal_lm, load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import Dispatch, register
@@ -69,8 +70,6 @@ class RolloutWorker(RoleWorker):
     def init_model(self) -> None:
         """The tokenizer and the actor's initial model in its compute dtype; with ``rollout.engine: vllm`` the engine,
         loaded from that model, which then keeps only its config."""
-        from rlhfctl.models.loading import load_causal_lm, load_tokenizer
-
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
         compute = engine_settings(self.recipe, "actor", self.model_cfg["dtype"], 1, trainable=False).compute_dtype

@@ -11,8 +11,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
-from rlhfctl.models.loading import resolve_dtype
+from rlhfctl.models.loading import load_tokenizer, resolve_dtype
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import export_dtype
 from rlhfctl.single_controller import Dispatch, register
@@ -55,8 +56,6 @@ class TrainableRoleWorker(RoleWorker):
 
     def _init_trained_model(self) -> None:
         """Tokenizer, the model from ``_build_model`` placed by the role's strategy, optimizer and LR schedule."""
-        from rlhfctl.models.loading import load_tokenizer
-
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
         self.module, self.model = self._place_model(self._build_model, self.model_cfg, trainable=True)
@@ -184,8 +183,6 @@ class TrainableRoleWorker(RoleWorker):
     def state_fingerprint(self) -> float:
         """Sum of all trainable parameters as a float, over every shard (tests compare it across ranks)."""
         self._require_model()
-        from torch.distributed.tensor import DTensor
-
         with torch.no_grad():
             local = sum(
                 (p.to_local() if isinstance(p, DTensor) else p).double().sum().item() for p in trainable_parameters(self.module)
