@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ class TensorBoardLogger:
     """Event files under ``output_dir/tensorboard/``: every scalar at its step, samples as text."""
 
     def __init__(self, output_dir: Path, resume_after_step: int | None) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # tensorboard is optional
 
         # purge_step drops events a resumed run is about to write again (those past its checkpoint).
         purge = resume_after_step + 1 if resume_after_step is not None else None
@@ -89,9 +90,7 @@ class WandbLogger:
     """A Weights & Biases run (files under ``output_dir/wandb``; project from WANDB_PROJECT, else rlhfctl)."""
 
     def __init__(self, output_dir: Path, cfg: DictConfig) -> None:
-        import os
-
-        import wandb
+        import wandb  # wandb is optional
 
         self.wandb = wandb
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "rlhfctl"), dir=str(output_dir),
@@ -111,9 +110,7 @@ class MlflowLogger:
     """An MLflow run (MLFLOW_TRACKING_URI when set, else a file store in ``output_dir/mlruns``)."""
 
     def __init__(self, output_dir: Path, cfg: DictConfig) -> None:
-        import os
-
-        import mlflow
+        import mlflow  # mlflow is optional
 
         self.mlflow = mlflow
         if not os.environ.get("MLFLOW_TRACKING_URI"):

@@ -110,7 +110,7 @@ def pool_needs(pools: list[Any]) -> dict[str, float]:
 
 def _ray_available() -> dict[str, float] | None:
     """Ray's free resources, or None without a Ray connection (the local backend needs none)."""
-    import ray
+    import ray  # ray: only under the ray backend, off the CLI's fast path
 
     return ray.available_resources() if ray.is_initialized() else None
 

@@ -20,6 +20,7 @@ from rlhfctl.single_controller import (
     RayWorkerGroup,
     WorkerGroup,
 )
+from rlhfctl.trainer.restarts import pool_needs, wait_for_resources
 
 @dataclass
 class RoleGroups:
@@ -43,8 +44,6 @@ class RoleGroups:
         """Replace the rollout group (``rollout.placement: separate``) with fresh processes on its pool, the other
         groups untouched: stop it, release its pool, wait up to ``wait_s`` for the pool's resources, start and
         build the new one (it keeps the old one's observers); returns it."""
-        from rlhfctl.trainer.restarts import pool_needs, wait_for_resources
-
         old = self.groups[ROLLOUT_ROLE]
         pool_name = str(self.recipe.rollout.pool)
         old_pool = next((pool for pool in self.pools if getattr(pool, "name", None) == pool_name), None)

@@ -27,19 +27,19 @@ def make_trainer(cfg: DictConfig, reporter: Reporter) -> TrainerBase:
     """The trainer for ``cfg.algorithm.name``: PPOTrainer (ppo, the default), SFTTrainer, RewardModelTrainer or DPOTrainer."""
     name = str(cfg.algorithm.get("name") or "ppo")
     if name == "ppo":
-        from rlhfctl.trainer.ppo_trainer import PPOTrainer
+        from rlhfctl.trainer.ppo_trainer import PPOTrainer  # transformers: only the named trainer loads, off the CLI's fast path
 
         return PPOTrainer(cfg, reporter)
     if name == "sft":
-        from rlhfctl.trainer.sft_trainer import SFTTrainer
+        from rlhfctl.trainer.sft_trainer import SFTTrainer  # as above
 
         return SFTTrainer(cfg, reporter)
     if name == "reward_model":
-        from rlhfctl.trainer.reward_model_trainer import RewardModelTrainer
+        from rlhfctl.trainer.reward_model_trainer import RewardModelTrainer  # as above
 
         return RewardModelTrainer(cfg, reporter)
     if name == "dpo":
-        from rlhfctl.trainer.dpo_trainer import DPOTrainer
+        from rlhfctl.trainer.dpo_trainer import DPOTrainer  # as above
 
         return DPOTrainer(cfg, reporter)
     raise RecipeError(f"algorithm.name: {name!r} is not one of: {', '.join(ALGORITHMS)}", "algorithm.name", "bad_choice")

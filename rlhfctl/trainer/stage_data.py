@@ -21,6 +21,7 @@ from rlhfctl.recipe.specs import Recipe
 from rlhfctl.data.errors import DataConfigError
 from rlhfctl.data.pairs import PreferenceDataset
 from rlhfctl.data.records import load_records
+from rlhfctl.tasks import get_task, task_names
 
 __all__ = ["StageRecords", "preference_dataset", "stage_records"]
 
@@ -67,8 +68,6 @@ def _from_files(recipe: Recipe) -> StageRecords:
 
 
 def _from_task(recipe: Recipe, kind: str) -> StageRecords:
-    from rlhfctl.tasks import get_task, task_names
-
     name = str(recipe.data.task)
     task = get_task(name)
     generate = getattr(task, _GENERATORS[kind], None)
