@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rlhfctl.data.records import count_records
 from rlhfctl.recipe.dataflow import training_step
 from rlhfctl.recipe.pools import PoolInfo, pool_of
 from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.single_controller.rows import RowLayout
+from rlhfctl.trainer.prompt_source import source_records
 
 __all__ = ["BatchTable", "EpochRow", "ShardRow", "UpdateRow", "derive_batch_table"]
 
@@ -125,9 +127,6 @@ def _epoch_row(recipe: Recipe, prompts_per_step: int) -> EpochRow | None:
 def _training_prompts(recipe: Recipe) -> int | None:
     """The training records: counted from the files' metadata or lines where that works (large verl
     parquets stay fast), else read; None when the data cannot be read."""
-    from rlhfctl.data.records import count_records
-    from rlhfctl.trainer.prompt_source import source_records
-
     files = recipe.data.train_files
     if files:
         counts = [count_records(str(name)) for name in ([files] if isinstance(files, str) else files)]

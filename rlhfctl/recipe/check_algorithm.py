@@ -14,9 +14,10 @@ from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warni
 from rlhfctl.recipe.importing import ensure_cwd_importable
 from rlhfctl.recipe.resolve import uses_kl
 from rlhfctl.recipe.resolved import resolve
-from rlhfctl.recipe.schema import ROLE_NAMES, RecipeSchema
+from rlhfctl.recipe.schema import ROLE_NAMES, ActorRole, RecipeSchema
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import STAGES, stage_roles
+from rlhfctl.tasks import UnknownTaskError, get_task
 
 __all__ = ["check_algorithm", "check_stage"]
 
@@ -55,7 +56,7 @@ def _not_registered(key: str, name: str, registry: Any, kind: str) -> Issue:
 
 
 def _estimator(recipe: Recipe) -> list[Issue]:
-    from rlhfctl.algorithms import ADVANTAGE_ESTIMATORS
+    from rlhfctl.algorithms import ADVANTAGE_ESTIMATORS  # the registries pull in torch: only when the check runs
 
     name = str(recipe.algorithm.adv_estimator)
     key = "algorithm.adv_estimator"
@@ -76,9 +77,9 @@ def _estimator(recipe: Recipe) -> list[Issue]:
 
 def _policy_loss(recipe: Recipe) -> list[Issue]:
     """The actor's policy loss is registered, and no loss-specific setting is given to a loss that ignores it."""
+    # the loss registry pulls in torch: only when the check runs
     from rlhfctl.algorithms import POLICY_LOSSES
     from rlhfctl.algorithms.policy_losses import policy_loss_keys, policy_loss_takes_behaviour
-    from rlhfctl.recipe.schema import ActorRole
 
     actor = recipe.sections.roles.actor
     if actor is None:
@@ -139,7 +140,7 @@ def _named_rewards(recipe: Recipe) -> list[Issue]:
 
 def _dynamic_sampling(recipe: Recipe) -> list[Issue]:
     """DAPO's group filter needs groups; the overlong buffer fits inside the response budget."""
-    from rlhfctl.algorithms.overlong import overlong_buffer_problem
+    from rlhfctl.algorithms.overlong import overlong_buffer_problem  # pulls in torch: only when the check runs
 
     issues = []
     if recipe.algorithm.filter_groups.enable and int(recipe.rollout.settings.n) == 1:
@@ -266,8 +267,6 @@ def _task_data(recipe: Recipe, kind: str, name: str) -> list[Issue]:
     data = recipe.data
     if data.train_files or not data.task:
         return []
-    from rlhfctl.tasks import UnknownTaskError, get_task
-
     try:
         task = get_task(str(data.task))
     except UnknownTaskError:

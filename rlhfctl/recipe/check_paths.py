@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlhfctl.data.records import SAVED_DATASET_STATE, SUPPORTED_EXTENSIONS
 from rlhfctl.local_paths import looks_local
 from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.recipe.resolve import present_roles
@@ -22,8 +23,6 @@ _CREATE_HINT = "create it (one JSON object per line with a prompt field) or poin
 
 def data_file_issues(data: Any) -> list[Issue]:
     """Errors for ``data.train_files`` / ``data.val_files`` entries that are missing or of an unsupported kind."""
-    from rlhfctl.data.records import SAVED_DATASET_STATE, SUPPORTED_EXTENSIONS
-
     issues = []
     for key in ("train_files", "val_files"):
         for index, name in enumerate(data.get(key) or []):

@@ -91,7 +91,7 @@ def _device_issues(rollout: PoolInfo, actor: PoolInfo | None) -> list[Issue]:
 
 def _worker_issues(recipe: Recipe) -> list[Issue]:
     """rollout.worker imports and registers the rollout group's methods."""
-    from rlhfctl.single_controller.decorator import registered_methods
+    from rlhfctl.single_controller.decorator import registered_methods  # pulls in torch: only when the check runs
 
     try:
         cls = import_class(recipe.rollout.worker, "rollout.worker")

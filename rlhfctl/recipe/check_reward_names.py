@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rlhfctl.data.verl_layout import reward_columns
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.specs import Recipe
+from rlhfctl.rewards import math_backend
+from rlhfctl.rewards.functions import (
+    RewardFunctionError, call_reward_function, is_internal_column, load_reward_function,
+)
+from rlhfctl.tasks import get_task
 
 __all__ = ["first_training_record", "named_reward_problems", "requested_names", "reward_notes"]
 
@@ -22,7 +28,7 @@ _MATH_REWARDS = ("math", "dispatch_by_source")
 
 def requested_names(cfg: Any) -> dict[str, list[str]]:
     """Recipe key -> the named scores it needs from the reward function."""
-    from rlhfctl.trainer.sample_metric import BUILT_IN_METRICS
+    from rlhfctl.trainer.sample_metric import BUILT_IN_METRICS  # pulls in torch: only when the names are read
 
     wanted: dict[str, list[str]] = {}
     algo = cfg.algorithm
@@ -63,8 +69,6 @@ def named_reward_problems(cfg: Any, function: Callable[..., Any], record: dict[s
 
 def reward_notes(recipe: Recipe) -> list[str]:
     """What validate says about the reward: for the bundled math rewards, the answer checker in use."""
-    from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function
-
     spec = recipe.roles.get("reward")
     if spec is None or not spec.settings.function:
         return []
@@ -77,8 +81,6 @@ def reward_notes(recipe: Recipe) -> list[str]:
         return []
     if getattr(function, "__name__", "") not in _MATH_REWARDS:
         return []
-    from rlhfctl.rewards import math_backend
-
     checker = str(reward.function_kwargs.get("checker", "auto"))
     backend = math_backend(checker)
     hint = "" if backend.startswith("math-verify") else " (pip install 'rlhfctl[math]' for math-verify)"
@@ -87,7 +89,7 @@ def reward_notes(recipe: Recipe) -> list[str]:
 
 def first_training_record(cfg: Any) -> dict[str, Any] | None:
     """The first record of ``data.train_files`` (or of the bundled task), or None when it cannot be read."""
-    from rlhfctl.data import DataFileError, load_records
+    from rlhfctl.data import DataFileError, load_records  # pulls in torch: only when a record is read
 
     files = cfg.data.get("train_files")
     try:
@@ -95,8 +97,6 @@ def first_training_record(cfg: Any) -> dict[str, Any] | None:
             files = [files] if isinstance(files, str) else list(files)
             return load_records(str(files[0]), limit=1)[0]
         if cfg.data.get("task"):
-            from rlhfctl.tasks import get_task
-
             return get_task(str(cfg.data.task)).make_prompts(1, int(cfg.trainer.seed))[0]
     except (DataFileError, Exception):  # validate's data checks report unreadable data
         return None
@@ -104,10 +104,6 @@ def first_training_record(cfg: Any) -> dict[str, Any] | None:
 
 
 def _probe(cfg: Any, function: Callable[..., Any], record: dict[str, Any], prompt_key: str) -> list[str]:
-    from rlhfctl.data.verl_layout import reward_columns
-    from rlhfctl.rewards.functions import is_internal_column
-    from rlhfctl.rewards.functions import call_reward_function
-
     columns = {name: [value] for name, value in reward_columns(record, prompt_key).items() if not is_internal_column(name)}
     truth = columns.get("ground_truth", [None])[0]
     prompt = record.get(prompt_key)

@@ -20,7 +20,8 @@ _KEY = "rollout.multi_turn"
 def check_sandbox(recipe: Recipe) -> list[Issue]:
     """An error at ``...tools[i].config.allow_unconfined`` for each python tool this host cannot confine, unless
     set true (then a warning); nothing for other tools, or a tool whose class is wrong (check_agents says so)."""
-    from rlhfctl.agents.tool_registry import tool_class  # the agents package, off the CLI's path without tools
+    # the agents package, off the CLI's path without tools
+    from rlhfctl.agents.tool_registry import tool_class
     from rlhfctl.agents.tools.python_sandbox import PythonSandbox, boundary_refusal, refusal_message
 
     issues: list[Issue] = []

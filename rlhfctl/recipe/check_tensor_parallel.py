@@ -25,18 +25,13 @@ from rlhfctl.recipe.errors import Issue, error
 from rlhfctl.recipe.pools import PoolInfo
 from rlhfctl.recipe.schema import ModelConfig
 from rlhfctl.recipe.specs import Recipe
+from rlhfctl.rollout.tensor_parallel import engine_groups  # the engines' layout has its one home with the vLLM engine
 
 __all__ = ["KEY", "VOCAB_PADDING", "check_tensor_parallel", "engine_groups", "engines_line", "shard_problems"]
 
 KEY = "rollout.vllm.tensor_parallel_size"
 #: vLLM's ``DEFAULT_VOCAB_PADDING_SIZE``: the embedding and the head are padded to a multiple of it before sharding.
 VOCAB_PADDING = 64
-
-
-def engine_groups(world_size: int, tensor_parallel_size: int) -> list[list[int]]:
-    """The ranks of each engine: consecutive blocks of ``tensor_parallel_size`` (vLLM's own TP layout of a world)."""
-    t = max(1, int(tensor_parallel_size))
-    return [list(range(start, min(start + t, int(world_size)))) for start in range(0, int(world_size), t)]
 
 
 def engines_line(world_size: int, tensor_parallel_size: int) -> str:

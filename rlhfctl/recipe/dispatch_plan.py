@@ -18,6 +18,8 @@ from rlhfctl.recipe.importing import import_class
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of
 from rlhfctl.recipe.resolve import ROLE_METHODS, ROLLOUT_ROLE
 from rlhfctl.recipe.specs import Recipe
+from rlhfctl.single_controller.decorator import registered_methods
+from rlhfctl.single_controller.rows import RowLayout
 
 __all__ = ["FORMAT_VERSION", "build_dispatch_plan", "summarize_rows"]
 
@@ -51,8 +53,6 @@ def summarize_rows(rows: int, unit: str, world_size: int, per_rank: int | None, 
 
 
 def _role_entry(recipe: Recipe, role: str, worker: str, cls: type, pool: PoolInfo) -> dict[str, Any]:
-    from rlhfctl.single_controller.decorator import registered_methods
-
     specs = registered_methods(cls)
     needed = list(ROLE_METHODS[ROLLOUT_ROLE] if role == ROLLOUT_ROLE else recipe.role(role).methods)
     return {
@@ -95,8 +95,6 @@ def _call_entry(recipe: Recipe, index: int, call: StepCall, roles: dict[str, Any
                      out_rows_per_rank=rows, inputs=_tensors(call.inputs, rows, recipe),
                      outputs=_tensors(call.outputs, rows, recipe), summary=f"on the driver: {call.purpose}")
         return entry
-    from rlhfctl.single_controller.rows import RowLayout
-
     role = roles[call.role]
     spec = role["methods"].get(call.method)
     world = role["world_size"]

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rlhfctl.agents.tool_registry import chat_tools
+from rlhfctl.data.verl_layout import prompt_messages
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.specs import Recipe
 
@@ -112,7 +115,7 @@ def local_directory(source: str) -> str | None:
     if source.startswith((".", "/", "~")) or source.count("/") != 1:
         return None
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download  # huggingface_hub: only for a hub model id
 
         return str(snapshot_download(source, local_files_only=True))
     except Exception:  # noqa: BLE001 - not a valid id, or not in the cache: nothing here to read
@@ -131,9 +134,7 @@ def has_tokenizer_files(directory: str) -> bool:
 
 def _tokenizer(model: dict[str, Any], field: str, directory: str, key: str) -> tuple[Any, Issue | None]:
     """The run's tokenizer (load_tokenizer on the local directory), or the error the run would stop on."""
-    import warnings
-
-    from rlhfctl.models.loading import ModelConfigError, load_tokenizer
+    from rlhfctl.models.loading import ModelConfigError, load_tokenizer  # transformers: only when a tokenizer loads
 
     try:
         with warnings.catch_warnings():
@@ -148,8 +149,7 @@ def _tokenizer(model: dict[str, Any], field: str, directory: str, key: str) -> t
 def _render(recipe: Recipe, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], bool] | None, list[Issue]]:
     """(text, ids, chat template applied) of the first record as PromptDataset renders and encodes it (unbounded),
     or the run's error."""
-    from rlhfctl.data import DataConfigError, DataFileError, PromptDataset, load_records
-    from rlhfctl.data.verl_layout import prompt_messages
+    from rlhfctl.data import DataConfigError, DataFileError, PromptDataset, load_records  # pulls in torch: only when a prompt renders
 
     try:
         records = load_records(name, limit=1)
@@ -163,8 +163,6 @@ def _render(recipe: Recipe, tokenizer: Any, name: str) -> tuple[tuple[str, list[
     except (AttributeError, DataFileError):
         return None, []  # preflight's sample reports a record without a prompt or with one the setting cannot use
     try:
-        from rlhfctl.agents.tool_registry import chat_tools
-
         dataset = PromptDataset(records, prompt_key=str(recipe.data.prompt_key), tokenizer=tokenizer,
                                 apply_chat_template=chat, source=name, chat_tools=chat_tools(recipe.rollout.multi_turn))
     except DataConfigError as failure:
@@ -206,7 +204,7 @@ def _is_saved_class(tokenizer: Any, saved: str) -> bool:
     subclass is not (a model's tokenizer class on the generic one saved can rebuild its pre-tokenizer)."""
     if type(tokenizer).__name__ in (saved, saved + "Fast", saved.removesuffix("Fast")):
         return True
-    import transformers
+    import transformers  # heavy: only for a tokenizer saved as another class
 
     for name in (saved, saved + "Fast", saved.removesuffix("Fast")):
         try:

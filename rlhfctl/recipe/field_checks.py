@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from rlhfctl.algorithms.choices import KL_KINDS, LOSS_AGG_MODES
+from rlhfctl.data.choices import OVERLONG_POLICIES
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.typespec import ROOT, TypeSpec, format_path, locate, struct_fields
 
@@ -213,26 +215,20 @@ _KL_KIND_ALIASES = ("kl", "mse", "low_var_kl")
 
 
 def _loss_agg_modes() -> tuple[str, ...]:
-    from rlhfctl.algorithms.choices import LOSS_AGG_MODES
-
     return tuple(LOSS_AGG_MODES)
 
 
 def _kl_kinds() -> tuple[str, ...]:
-    from rlhfctl.algorithms.choices import KL_KINDS
-
     return tuple(KL_KINDS) + _KL_KIND_ALIASES
 
 
 def _tasks() -> tuple[str, ...]:
-    from rlhfctl.tasks import task_names
+    from rlhfctl.tasks import task_names  # loads every bundled task: only when a task name is checked, off recipe loading's path
 
     return tuple(task_names())
 
 
 def _overlong() -> tuple[str, ...]:
-    from rlhfctl.data.choices import OVERLONG_POLICIES
-
     return tuple(OVERLONG_POLICIES)
 
 

@@ -26,20 +26,24 @@ joins a cluster (``ray.address``).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
+from rlhfctl.data.records import SUPPORTED_EXTENSIONS, count_records
+from rlhfctl.data.summary import DataFileSummary, summarize_sample
+from rlhfctl.data.verl_layout import GROUND_TRUTH, NESTED_GROUND_TRUTH, prompt_messages, reward_columns
 from rlhfctl.recipe.check_reward_names import first_training_record, named_reward_problems
 from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.pools import PoolInfo, pool_shares
 from rlhfctl.recipe.schema import RayConfig
 from rlhfctl.recipe.specs import Recipe
-
-if TYPE_CHECKING:  # the data package is imported when the data is checked
-    from rlhfctl.data.summary import DataFileSummary
+from rlhfctl.rewards.functions import RewardFunctionError, is_internal_column, load_reward_function, reward_call_problem
+from rlhfctl.single_controller.resource_pool import RayResourcePool
+from rlhfctl.tasks import UnknownTaskError, get_task
 
 __all__ = ["SAMPLE_RECORDS", "preflight", "sample_columns"]
 
@@ -70,12 +74,9 @@ def sample_columns(recipe: Recipe) -> tuple[dict[str, list[str]], list[DataFileS
     """Per data source (``data.train_files``, ``data.val_files`` or ``data.task``), the columns its sampled
     records give the reward function; a summary of each file read; errors for records that do not parse, lack
     the prompt, or have a prompt ``data.apply_chat_template`` cannot render."""
+    # the data package pulls in torch: only when the data is checked
     from rlhfctl.data import DataFileError, load_records
     from rlhfctl.data.prompts import prompt_of
-    from rlhfctl.data.records import count_records
-    from rlhfctl.data.summary import summarize_sample
-    from rlhfctl.data.verl_layout import prompt_messages, reward_columns
-    from rlhfctl.rewards.functions import is_internal_column
 
     data = recipe.data
     prompt_key, chat = str(data.prompt_key), data.apply_chat_template
@@ -105,23 +106,15 @@ def sample_columns(recipe: Recipe) -> tuple[dict[str, list[str]], list[DataFileS
 
 
 def _readable(name: str) -> bool:
-    from rlhfctl.data import SUPPORTED_EXTENSIONS
-
     path = os.path.expanduser(name)
     return os.path.isfile(path) and os.path.splitext(path)[1].lower() in SUPPORTED_EXTENSIONS
 
 
 def _task_columns(recipe: Recipe, prompt_key: str) -> list[str]:
-    from rlhfctl.tasks import UnknownTaskError, get_task
-
     try:
         records = get_task(str(recipe.data.task)).make_prompts(2, int(recipe.trainer.seed))
     except UnknownTaskError:
         return []  # check_data reports it
-    from rlhfctl.data.verl_layout import reward_columns
-
-    from rlhfctl.rewards.functions import is_internal_column
-
     names = dict.fromkeys(str(column) for record in records for column in reward_columns(record, prompt_key))
     return [name for name in names if not is_internal_column(name)]
 
@@ -129,8 +122,6 @@ def _task_columns(recipe: Recipe, prompt_key: str) -> list[str]:
 # ---------------------------------------------------------------------------------- reward function
 def _check_reward(recipe: Recipe, columns: dict[str, list[str]], summaries: list[DataFileSummary]) -> list[Issue]:
     """The reward spec loads as the worker loads it, and the function takes the call the worker makes."""
-    from rlhfctl.rewards.functions import RewardFunctionError, load_reward_function, reward_call_problem
-
     reward = recipe.section_of("reward")
     if reward is None or not reward.function:
         return []
@@ -156,10 +147,6 @@ def _check_reward(recipe: Recipe, columns: dict[str, list[str]], summaries: list
 def _ground_truth_problems(function: Any, summaries: list[DataFileSummary]) -> list[Issue]:
     """An error per data file whose sampled rows give no ground truth (or only nulls) when ``function`` has a
     required ``ground_truth`` parameter."""
-    import inspect
-
-    from rlhfctl.data.verl_layout import GROUND_TRUTH, NESTED_GROUND_TRUTH
-
     try:
         parameter = inspect.signature(function).parameters.get(GROUND_TRUTH)
     except (TypeError, ValueError):
@@ -204,7 +191,7 @@ def _check_models(recipe: Recipe, roles: list[str], here: bool) -> list[Issue]:
 
 
 def _config_keys(role: str, model: dict[str, Any]) -> list[Issue]:
-    from rlhfctl.models.loading import ModelConfigError, inline_config_class, unknown_config_keys
+    from rlhfctl.models.loading import ModelConfigError, inline_config_class, unknown_config_keys  # transformers: only for an inline config
 
     prefix = f"roles.{role}.model.config"
     try:
@@ -222,6 +209,7 @@ def _unavailable(source: str) -> str | None:
     """Why ``source`` cannot load here: not a local path, not in the local Hugging Face cache, hub unreachable."""
     if os.path.exists(os.path.expanduser(source)) or source.startswith((".", "/", "~")):
         return None  # local (a missing local path is check_models' error)
+    # huggingface_hub: only for a hub model id
     from huggingface_hub import constants
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -274,7 +262,7 @@ def _meant_for_this_machine(ray: RayConfig, pools: dict[str, PoolInfo]) -> bool:
     if not gpus or ray.num_gpus is not None or _joining(ray):
         return True
     try:
-        import torch
+        import torch  # heavy: only when the pools want GPUs
 
         visible = int(torch.cuda.device_count())
     except Exception:  # noqa: BLE001 - no usable torch/CUDA: nothing to compare against
@@ -284,8 +272,6 @@ def _meant_for_this_machine(ray: RayConfig, pools: dict[str, PoolInfo]) -> bool:
 
 def _check_machine(ray: RayConfig, pools: dict[str, PoolInfo]) -> list[Issue]:
     """The CPUs the pools reserve fit the private Ray this machine starts (ray.num_cpus is checked elsewhere)."""
-    from rlhfctl.single_controller.resource_pool import RayResourcePool
-
     started = [pool for pool in pools.values() if pool.roles and not pool.in_driver]
     if ray.backend == "local" or not started:
         return []
@@ -315,7 +301,7 @@ def _check_machine(ray: RayConfig, pools: dict[str, PoolInfo]) -> list[Issue]:
 def _machine_cpus() -> int:
     """The CPUs a private Ray counts on this machine (container quotas included)."""
     try:
-        from ray._private.utils import get_num_cpus
+        from ray._private.utils import get_num_cpus  # ray: only when the pools are checked against this machine
 
         return int(get_num_cpus())
     except Exception:  # noqa: BLE001 - Ray's private helper moved: count the CPUs this process may use
