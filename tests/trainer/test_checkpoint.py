@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
+from rlhfctl.recipe.resolved import resolve_mapping
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.metrics import MetricsLog, first_non_finite, mean_over_ranks
 from rlhfctl.trainer.trainer_base import TrainerBase
@@ -122,6 +123,7 @@ class BackgroundTrainer(TrainerBase):
     def __init__(self, output_dir):
         self.output_dir, self.log = output_dir, []
         self.cfg = OmegaConf.create({"trainer": {"keep_last": 0, "save_on_interrupt": True, "trace": False}})
+        self.recipe = resolve_mapping(OmegaConf.to_container(self.cfg))  # what the trainer reads
         self.reporter = SimpleNamespace(message=lambda text: self.log.append(("message", text)))
         self.batcher = SimpleNamespace(state_dict=lambda: {"position": 0})
         self.role = BackgroundRole(output_dir, self.log)
