@@ -34,8 +34,8 @@ class DPOTrainer(StageTrainer):
     trained_role = "actor"
     record_kind = "preferences"
 
-    def __init__(self, cfg: Any, reporter: Reporter, groups: Any = None) -> None:
-        super().__init__(cfg, reporter, groups)
+    def __init__(self, cfg: Any, reporter: Reporter, groups: Any = None, recipe: Any = None) -> None:
+        super().__init__(cfg, reporter, groups, recipe)
         # The reference role, else the trained actor with its LoRA adapter disabled (recipe/resolve decides).
         self.reference = self.groups["reference"] if self.recipe.step.reference_source == "reference" else self.trained
 

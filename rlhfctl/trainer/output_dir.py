@@ -11,9 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.trainer import checkpoint
 
@@ -33,15 +32,15 @@ def holds_previous_run(output_dir: Path) -> bool:
     return root.is_dir() and any(root.glob("step_*"))
 
 
-def check_output_dir(cfg: DictConfig) -> bool:
+def check_output_dir(recipe: Recipe) -> bool:
     """Refuse (RecipeError, exit 2) a fresh run into a used output_dir; True when ``trainer.overwrite`` will clear it.
 
     Touches nothing, so a command can call it before it prints anything."""
-    trainer = cfg.trainer
+    trainer = recipe.trainer
     output_dir = Path(trainer.output_dir)
     if str(trainer.resume) != "never" or not holds_previous_run(output_dir):
         return False
-    if trainer.get("overwrite"):
+    if trainer.overwrite:
         return True
     raise RecipeError(
         f"trainer.output_dir: {output_dir} already holds a run (metrics.jsonl or checkpoints); "
@@ -51,11 +50,11 @@ def check_output_dir(cfg: DictConfig) -> bool:
     )
 
 
-def prepare_output_dir(cfg: DictConfig) -> None:
+def prepare_output_dir(recipe: Recipe) -> None:
     """Refuse a fresh run into a used output_dir (:func:`check_output_dir`); clear it first with ``trainer.overwrite``."""
-    if not check_output_dir(cfg):
+    if not check_output_dir(recipe):
         return
-    output_dir = Path(cfg.trainer.output_dir)
+    output_dir = Path(recipe.trainer.output_dir)
     for name in RUN_ENTRIES:
         entry = output_dir / name
         if entry.is_dir() and not entry.is_symlink():

@@ -21,6 +21,7 @@ from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.recipe.resolved import resolve
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import MODEL_DIR
 from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.single_controller.futures import union_pending
@@ -58,12 +59,13 @@ class PhaseTimer:
 class PPOTrainer(TrainerBase):
     """Drives the role worker groups through PPO-family training steps."""
 
-    def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
+    def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None,
+                 recipe: Recipe | None = None) -> None:
         self.cfg = cfg  # as written: only saved beside the run (recipe.yaml); everything reads self.recipe
         self.reporter = reporter
-        for module in cfg.algorithm.import_modules or []:
-            importlib.import_module(module)  # custom estimators and losses register themselves before resolve sees them
-        self.recipe = recipe = resolve(cfg)  # typed and sealed: what the trainer and the workers read
+        self.recipe = recipe = recipe if recipe is not None else resolve(cfg)  # what the trainer and the workers read
+        for module in recipe.algorithm.import_modules:
+            importlib.import_module(module)  # custom estimators register themselves on import
         self.output_dir = Path(recipe.trainer.output_dir)
         actor_model = recipe.role("actor").model
         self.tokenizer = load_tokenizer(actor_model, trust_remote_code=bool(actor_model.trust_remote_code))

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from rlhfctl.errors import WorkerLost
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.trainer import checkpoint
 
 __all__ = ["RESTARTS_METRIC", "Failure", "RestartPolicy", "RestartsExhausted", "pool_needs", "wait_for_resources"]
@@ -69,9 +70,9 @@ class RestartPolicy:
     """The CPUs and GPUs the run's pools reserve (:func:`pool_needs`), set when the groups are built."""
 
     @classmethod
-    def from_cfg(cls, cfg: DictConfig) -> "RestartPolicy":
-        trainer = cfg.trainer
-        return cls(int(trainer.get("max_restarts", 0) or 0), float(trainer.get("restart_wait_s", 120.0)))
+    def from_recipe(cls, recipe: Recipe) -> "RestartPolicy":
+        """``trainer.max_restarts`` and ``trainer.restart_wait_s`` of the resolved recipe."""
+        return cls(int(recipe.trainer.max_restarts), float(recipe.trainer.restart_wait_s))
 
     @property
     def restarts(self) -> int:

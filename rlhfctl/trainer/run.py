@@ -10,6 +10,8 @@ from omegaconf import DictConfig
 from rlhfctl.errors import WorkerLost
 from rlhfctl.ray_cluster import start_or_join_ray
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.recipe.resolved import resolve
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.run_signals import safe_point_pending, stop_cause, stop_on_signals
 from rlhfctl.single_controller.rank_progress import watch_rank_progress
 from rlhfctl.trace import brief_summary
@@ -23,25 +25,26 @@ __all__ = ["ALGORITHMS", "make_trainer", "run_training"]
 ALGORITHMS = ("ppo", "sft", "reward_model", "dpo")
 
 
-def make_trainer(cfg: DictConfig, reporter: Reporter) -> TrainerBase:
-    """The trainer for ``cfg.algorithm.name``: PPOTrainer (ppo, the default), SFTTrainer, RewardModelTrainer or DPOTrainer."""
-    name = str(cfg.algorithm.get("name") or "ppo")
+def make_trainer(cfg: DictConfig, reporter: Reporter, recipe: Recipe | None = None) -> TrainerBase:
+    """The trainer for ``algorithm.name``: PPOTrainer (ppo, the default), SFTTrainer, RewardModelTrainer or DPOTrainer,
+    built from ``recipe`` (``cfg`` resolved, when not given)."""
+    name = str((recipe.algorithm if recipe is not None else cfg.algorithm).name)
     if name == "ppo":
         from rlhfctl.trainer.ppo_trainer import PPOTrainer  # transformers: only the named trainer loads, off the CLI's fast path
 
-        return PPOTrainer(cfg, reporter)
+        return PPOTrainer(cfg, reporter, recipe=recipe)
     if name == "sft":
         from rlhfctl.trainer.sft_trainer import SFTTrainer  # as above
 
-        return SFTTrainer(cfg, reporter)
+        return SFTTrainer(cfg, reporter, recipe=recipe)
     if name == "reward_model":
         from rlhfctl.trainer.reward_model_trainer import RewardModelTrainer  # as above
 
-        return RewardModelTrainer(cfg, reporter)
+        return RewardModelTrainer(cfg, reporter, recipe=recipe)
     if name == "dpo":
         from rlhfctl.trainer.dpo_trainer import DPOTrainer  # as above
 
-        return DPOTrainer(cfg, reporter)
+        return DPOTrainer(cfg, reporter, recipe=recipe)
     raise RecipeError(f"algorithm.name: {name!r} is not one of: {', '.join(ALGORITHMS)}", "algorithm.name", "bad_choice")
 
 
@@ -55,37 +58,39 @@ class _SilentReporter:
 def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
     """Train as the recipe says (``algorithm.name`` picks the trainer); returns the run's summary."""
     reporter = reporter or _SilentReporter()
-    prepare_output_dir(cfg)
+    recipe = resolve(cfg)  # once: the run reads it (a restart resolves its own recipe, which resumes)
+    prepare_output_dir(recipe)
     session = None
-    if cfg.ray.backend == "ray":
+    if recipe.ray.backend == "ray":
         session = start_or_join_ray(
-            address=cfg.ray.address,
-            num_cpus=cfg.ray.num_cpus,
-            num_gpus=cfg.ray.num_gpus,
-            dashboard=bool(cfg.ray.dashboard),
+            address=recipe.ray.address,
+            num_cpus=recipe.ray.num_cpus,
+            num_gpus=recipe.ray.num_gpus,
+            dashboard=bool(recipe.ray.dashboard),
         )
     with stop_on_signals():  # after ray.init, which installs Ray's own SIGTERM handler
-        return _train(cfg, reporter, session)
+        return _train(cfg, recipe, reporter, session)
 
 
-def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
+def _train(cfg: DictConfig, recipe: Recipe, reporter: Any, session: Any) -> dict[str, Any]:
     """Build the trainer, fit, summarise; restart after a lost worker (``trainer.max_restarts``); save on an
     interrupt or stop signal; always stop what was started."""
     trainer = None
-    observer = getattr(reporter, "rank_progress", None) if cfg.trainer.live_progress else None
-    restarts = RestartPolicy.from_cfg(cfg)
+    observer = getattr(reporter, "rank_progress", None) if recipe.trainer.live_progress else None
+    restarts = RestartPolicy.from_recipe(recipe)
     try:
-        with watch_rank_progress(cfg.ray.backend, observer):  # stops polling before Ray goes down
+        with watch_rank_progress(recipe.ray.backend, observer):  # stops polling before Ray goes down
             while True:
                 trainer = None
                 try:
-                    trainer = _start_trainer(cfg, reporter, restarts)
-                    _fit(trainer, cfg, reporter)
+                    trainer = _start_trainer(cfg, recipe, reporter, restarts)
+                    _fit(trainer, reporter)
                     return _finish(trainer, reporter)
                 except WorkerLost as error:
                     if stop_cause(error) is not error:
                         raise  # a stop signal reached the workers: stop_on_signals names it
-                    cfg = _restart(cfg, trainer, restarts, error, reporter)
+                    cfg = _restart(cfg, recipe, trainer, restarts, error, reporter)
+                    recipe = resolve(cfg)
     finally:
         with safe_point_pending():  # a stop signal that arrives now waits until everything is stopped
             if trainer is not None:
@@ -94,14 +99,14 @@ def _train(cfg: DictConfig, reporter: Any, session: Any) -> dict[str, Any]:
                 session.shutdown()
 
 
-def _start_trainer(cfg: DictConfig, reporter: Any, restarts: RestartPolicy) -> TrainerBase:
+def _start_trainer(cfg: DictConfig, recipe: Recipe, reporter: Any, restarts: RestartPolicy) -> TrainerBase:
     """A trainer with its groups built, set up (resumed when the recipe says so); ``run/restarts`` logged after a restart."""
-    trainer = make_trainer(cfg, reporter)
+    trainer = make_trainer(cfg, reporter, recipe)
     restarts.needs = pool_needs(getattr(trainer.groups, "pools", []))  # what a restart waits for, even if setup fails
     try:
         for group in trainer.groups.all():
             group.observers.append(_DispatchForwarder(reporter))
-        reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": cfg.trainer.total_steps,
+        reporter.run_started({"output_dir": str(trainer.output_dir), "total_steps": recipe.trainer.total_steps,
                               "roles": {role: group.world_size for role, group in trainer.groups.groups.items()}})
         trainer.setup()
     except BaseException:
@@ -112,7 +117,7 @@ def _start_trainer(cfg: DictConfig, reporter: Any, restarts: RestartPolicy) -> T
     return trainer
 
 
-def _fit(trainer: TrainerBase, cfg: DictConfig, reporter: Any) -> None:
+def _fit(trainer: TrainerBase, reporter: Any) -> None:
     """Fit and wait for the last save; on Ctrl-C or a stop signal, save what can be saved and raise the stop."""
     try:
         trainer.fit()
@@ -124,13 +129,13 @@ def _fit(trainer: TrainerBase, cfg: DictConfig, reporter: Any) -> None:
         if isinstance(error, WorkerLost):  # the signal reached the workers too: nothing left to save
             reporter.message(f"{stop}: {error}; the previous checkpoint is kept")
         else:
-            _save_on_interrupt(trainer, cfg, reporter, stop)
+            _save_on_interrupt(trainer, reporter, stop)
         if stop is error:
             raise
         raise stop from error
 
 
-def _restart(cfg: DictConfig, trainer: TrainerBase | None, restarts: RestartPolicy, error: WorkerLost,
+def _restart(cfg: DictConfig, recipe: Recipe, trainer: TrainerBase | None, restarts: RestartPolicy, error: WorkerLost,
              reporter: Any) -> DictConfig:
     """Record the lost worker (raises when no restart is left), stop every group, wait for the pools' resources and
     return the recipe of the next attempt, which resumes from the latest complete checkpoint."""
@@ -141,7 +146,7 @@ def _restart(cfg: DictConfig, trainer: TrainerBase | None, restarts: RestartPoli
         if trainer is not None:
             trainer.shutdown()
     restarts.wait_for_resources(restarts.needs, error)
-    cfg, resume_from = restart_recipe(cfg, Path(cfg.trainer.output_dir), started_at)
+    cfg, resume_from = restart_recipe(cfg, Path(recipe.trainer.output_dir), started_at)
     where = f"from {resume_from}" if resume_from is not None else "from step 0 (no checkpoint yet)"
     reporter.message(f"restart {len(restarts.failures)}/{restarts.max_restarts}: {failure}; starting fresh workers "
                      f"{where}", "warning")
@@ -161,8 +166,7 @@ def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
     return summary
 
 
-def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter,
-                       stop: KeyboardInterrupt | None = None) -> None:
+def _save_on_interrupt(trainer: TrainerBase, reporter: Reporter, stop: KeyboardInterrupt | None = None) -> None:
     """On Ctrl-C or a stop signal (``stop``), finish the checkpoint still being written, then checkpoint the last
     completed step (if asked and not saved yet) and wait for it; best effort. A stop forced inside a step (a
     second request) saves nothing: the workers may hold part of that step."""
@@ -176,7 +180,7 @@ def _save_on_interrupt(trainer: TrainerBase, cfg: DictConfig, reporter: Reporter
             reporter.message(f"{reason or 'interrupted'} inside step {running}: its state is partial, so it is not "
                              f"saved; the checkpoint of step {trainer.saved_step} is kept")
             return
-        if not cfg.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
+        if not trainer.recipe.trainer.save_on_interrupt or step == 0 or step == trainer.saved_step:
             return
         reporter.message(f"{reason or 'interrupted'}: saving step {step} before exiting")
         trainer.save(step)

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from rlhfctl.data.batching import PromptBatcher
 from rlhfctl.models.loading import ModelConfigError, load_tokenizer
 from rlhfctl.recipe.resolved import resolve
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import MODEL_DIR, only_roles, stage_roles
 from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.trainer.metrics import first_non_finite
@@ -40,9 +41,10 @@ class StageTrainer(TrainerBase):
     trained_role: ClassVar[str] = "actor"
     record_kind: ClassVar[str] = "demonstrations"
 
-    def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None) -> None:
+    def __init__(self, cfg: DictConfig, reporter: Reporter, groups: RoleGroups | None = None,
+                 recipe: Recipe | None = None) -> None:
         self.cfg = cfg  # as written: only saved beside the run (recipe.yaml); everything reads self.recipe
-        self.recipe = recipe = resolve(cfg)
+        self.recipe = recipe = recipe if recipe is not None else resolve(cfg)
         self.reporter = reporter
         self.output_dir = Path(recipe.trainer.output_dir)
         self.model_dir = self.output_dir / MODEL_DIR

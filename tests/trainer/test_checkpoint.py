@@ -163,7 +163,7 @@ def test_stopping_finishes_the_checkpoint_being_written(tmp_path):
     trainer = BackgroundTrainer(tmp_path)
     trainer.save(1)
     trainer.completed_step = 2  # a step after the save, then Ctrl-C or SIGTERM
-    _save_on_interrupt(trainer, trainer.cfg, trainer.reporter)
+    _save_on_interrupt(trainer, trainer.reporter)
     assert [entry[0] for entry in trainer.log if entry[0] != "message"] == ["save", "finish", "save", "finish"]
     assert checkpoint.read_latest(tmp_path).name == "step_2"
 
