@@ -10,6 +10,8 @@ import typer
 from typer.core import TyperGroup
 
 import rlhfctl
+from rlhfctl.cli.console import make_console, print_error
+from rlhfctl.cli.errors import EXIT_INTERRUPTED, EXIT_USER, click_exceptions, usage_message
 from rlhfctl.cli.inspect_dispatch import inspect_dispatch
 from rlhfctl.cli.pipeline import pipeline
 from rlhfctl.cli.recipes import recipes_app
@@ -27,9 +29,6 @@ class OneLineErrors(TyperGroup):
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        from rlhfctl.cli.console import make_console, print_error
-        from rlhfctl.cli.errors import EXIT_INTERRUPTED, EXIT_USER, click_exceptions, usage_message
-
         clicks = click_exceptions()
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)

@@ -16,7 +16,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-if TYPE_CHECKING:  # only for annotations: omegaconf is imported when a recipe is loaded, not at startup
+from rlhfctl.library_output import VERBOSE_VARIABLE, quiet_this_process
+from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
+from rlhfctl.recipe.errors import RecipeError, did_you_mean
+from rlhfctl.recipe.load import load_recipe
+
+if TYPE_CHECKING:  # only for annotations
     from omegaconf import DictConfig
 
 __all__ = ["OutputFormat", "OverridesArg", "RecipeArg", "complete_recipe", "load_for_command", "make_console", "print_error",
@@ -46,6 +51,7 @@ def print_error(console: Console, text: str) -> None:
 def refuse_missing_paths(cfg: DictConfig, err: Console) -> None:
     """Report the recipe's missing data files, model directories and resume checkpoint, one ``error:`` line
     each, and exit 2: checked before the heavy imports, so such a mistake is reported in about a second."""
+    # the command's modules load when it runs, off rlhfctl --help's path
     from rlhfctl.recipe.check_paths import path_errors
 
     problems = path_errors(cfg)
@@ -57,8 +63,6 @@ def refuse_missing_paths(cfg: DictConfig, err: Console) -> None:
 
 def show_library_output(verbose: bool) -> None:
     """``--verbose`` lets other libraries' bars and warnings through, here and in every worker; else they are kept off."""
-    from rlhfctl.library_output import VERBOSE_VARIABLE, quiet_this_process
-
     if verbose:
         os.environ[VERBOSE_VARIABLE] = "1"  # an RLHFCTL_* variable: it reaches the workers too
     quiet_this_process()
@@ -74,8 +78,6 @@ class OutputFormat(str, enum.Enum):
 
 def complete_recipe(incomplete: str) -> list[str]:
     """Shell completion: bundled recipe names."""
-    from rlhfctl.recipe.bundled import list_bundled
-
     return [recipe.name for recipe in list_bundled() if recipe.name.startswith(incomplete)]
 
 
@@ -94,9 +96,6 @@ def OverridesArg() -> Optional[List[str]]:  # noqa: N802
 # ---------------------------------------------------------------------------------- loading RECIPE
 def resolve_recipe_path(recipe: str) -> Path:
     """An existing file as given, else a bundled recipe of that name (quickstart, ppo-gae, ...)."""
-    from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
-    from rlhfctl.recipe.errors import RecipeError, did_you_mean
-
     path = Path(recipe).expanduser()
     if path.exists():
         return path
@@ -111,10 +110,6 @@ def resolve_recipe_path(recipe: str) -> Path:
 
 def load_for_command(recipe: str, overrides: list[str] | None) -> tuple[DictConfig, Path]:
     """Load RECIPE with OVERRIDES (RecipeError on any problem)."""
-    from rlhfctl.recipe.load import load_recipe
-
-    from rlhfctl.recipe.errors import RecipeError
-
     path = resolve_recipe_path(recipe)
     try:
         return load_recipe(path, list(overrides or [])), path

@@ -18,7 +18,11 @@ from rich.text import Text
 from rich.tree import Tree
 
 from rlhfctl.cli.console import OutputFormat, OverridesArg, complete_recipe, load_for_command, make_console, print_line
-from rlhfctl.cli.errors import guarded
+from rlhfctl.cli.errors import EXIT_USER, guarded
+from rlhfctl.cli.validate import render_issues
+from rlhfctl.recipe.errors import did_you_mean
+from rlhfctl.recipe.resolved import resolve
+from rlhfctl.recipe.stages import check_ppo_family
 
 __all__ = ["filter_plan", "format_tensor", "inspect_dispatch", "render_plan", "render_trace_summary"]
 
@@ -72,7 +76,7 @@ def inspect_dispatch(
 # ---------------------------------------------------------------------------------- trace mode
 def _show_trace(console: Any, run_dir: Path, role: Optional[str], method: Optional[str], output_format: OutputFormat) -> None:
     """Summarize a run's trace.json: calls and time per role.method, rank imbalance, bytes, orchestration."""
-    from rlhfctl.trace import TRACE_FILE, summarize_trace
+    from rlhfctl.trace import TRACE_FILE, summarize_trace  # pulls in torch: off the CLI's fast path
 
     path = run_dir / TRACE_FILE if run_dir.is_dir() else run_dir
     if not path.exists():
@@ -91,9 +95,7 @@ def _show_trace(console: Any, run_dir: Path, role: Optional[str], method: Option
 def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Optional[int]) -> dict[str, Any]:
     """The dispatch plan of a recipe (rlhfctl.recipe.dispatch_plan.build_dispatch_plan)."""
     cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
-    from rlhfctl.recipe.dispatch_plan import build_dispatch_plan
-    from rlhfctl.recipe.resolved import resolve
-    from rlhfctl.recipe.stages import check_ppo_family
+    from rlhfctl.recipe.dispatch_plan import build_dispatch_plan  # pulls in torch: after the recipe loads
 
     check_ppo_family(cfg, "inspect-dispatch")
     _require_valid(cfg, batch_size)
@@ -103,10 +105,7 @@ def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Option
 
 def _require_valid(cfg: Any, batch_size: Optional[int]) -> None:
     """Validate's errors, printed on stderr with exit 2, instead of a plan that cannot run."""
-    from rlhfctl.cli.console import make_console
-    from rlhfctl.cli.errors import EXIT_USER
-    from rlhfctl.cli.validate import render_issues
-    from rlhfctl.recipe.validate import validate_recipe
+    from rlhfctl.recipe.validate import validate_recipe  # pulls in torch: after the recipe loads
 
     report = validate_recipe(cfg, batch_size=batch_size)
     if not report.ok:
@@ -116,8 +115,6 @@ def _require_valid(cfg: Any, batch_size: Optional[int]) -> None:
 
 def filter_plan(plan: dict[str, Any], role: Optional[str], method: Optional[str]) -> dict[str, Any]:
     """Keep only ``role`` and/or ``method``; unknown names raise typer.BadParameter (exit 2)."""
-    from rlhfctl.recipe.errors import did_you_mean
-
     if role is not None:
         present = [*plan["roles"], "driver"]
         if role not in present:

@@ -23,6 +23,7 @@ from rich.text import Text
 from rlhfctl.cli.console import make_console, resolve_recipe_path, show_library_output
 from rlhfctl.cli.errors import guarded
 from rlhfctl.cli.reporters import BaseReporter, format_value
+from rlhfctl.pipeline import load_pipeline, run_pipeline
 from rlhfctl.pipeline.observer import PipelineObserver, StagePlan, StageResult
 
 __all__ = ["PlainPipelineView", "QuietPipelineView", "RichPipelineView", "StageReporter", "make_pipeline_view", "pipeline",
@@ -57,8 +58,6 @@ def pipeline(
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.pipeline import load_pipeline, run_pipeline
-
         spec = load_pipeline(resolve_recipe_path(pipeline_file), list(overrides or []))
         show_library_output(verbose)
         with make_pipeline_view(quiet, console) as view:

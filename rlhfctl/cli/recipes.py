@@ -9,6 +9,7 @@ from rich.text import Text
 
 from rlhfctl.cli.console import complete_recipe, make_console, print_line
 from rlhfctl.cli.errors import guarded
+from rlhfctl.recipe.bundled import copy_bundled, find_bundled, list_bundled
 
 __all__ = ["recipes_app"]
 
@@ -27,8 +28,6 @@ def list_recipes() -> None:
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.recipe.bundled import list_bundled
-
         recipes = list_bundled()
         if not recipes:
             print_line(console, "no bundled recipes found")
@@ -49,8 +48,6 @@ def show_recipe(name: str = typer.Argument(..., help="bundled recipe name, e.g. 
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.recipe.bundled import find_bundled
-
         recipe = find_bundled(name)
         text = recipe.path.read_text(encoding="utf-8")
         if console.is_terminal:
@@ -75,7 +72,5 @@ def copy_recipe(
     """
     console, err = make_console(), make_console(stderr=True)
     with guarded(err):
-        from rlhfctl.recipe.bundled import copy_bundled
-
         target = copy_bundled(name, dest, force=force)
         print_line(console, f"copied {name} to {target}")

@@ -8,6 +8,10 @@ import typer
 
 from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_console, refuse_missing_paths, show_library_output
 from rlhfctl.cli.errors import EXIT_USER, guarded
+from rlhfctl.cli.reporters import make_reporter
+from rlhfctl.cli.validate import render_issues
+from rlhfctl.recipe.resolved import resolve
+from rlhfctl.trainer.output_dir import check_output_dir
 
 __all__ = ["train"]
 
@@ -42,23 +46,19 @@ def train(
         cfg, path = load_for_command(recipe, overrides)  # before the heavy imports: a typo fails in a second
         refuse_missing_paths(cfg, err)
         show_library_output(verbose)
+        # torch: after the recipe loads and its paths are checked, so a mistake is reported in about a second
         from rlhfctl.cli.essentials import render_essentials
-        from rlhfctl.cli.reporters import make_reporter
-        from rlhfctl.cli.validate import render_issues
-        from rlhfctl.recipe.resolved import resolve
         from rlhfctl.recipe.validate import validate_recipe
 
         report = validate_recipe(cfg)
         if not report.ok:
             render_issues(err, report)
             raise typer.Exit(EXIT_USER)
-        from rlhfctl.trainer.output_dir import check_output_dir
-
         check_output_dir(cfg)  # a used output_dir is refused before the run header is printed
         if not quiet:
             render_essentials(console, resolve(cfg), path, report)  # resolved once validate has passed it
             render_issues(console, report)
-        from rlhfctl.trainer import run_training
+        from rlhfctl.trainer import run_training  # the trainer (torch, ray): only once the run starts
 
         with make_reporter(quiet, console, verbose=verbose, err_console=err) as reporter:
             run_training(cfg, reporter)

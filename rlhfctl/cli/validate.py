@@ -20,6 +20,11 @@ from rlhfctl.cli.console import (OutputFormat, OverridesArg, RecipeArg, load_for
                                  refuse_missing_paths, resolve_recipe_path)
 from rlhfctl.cli.errors import EXIT_USER, guarded
 from rlhfctl.errors import UserError
+from rlhfctl.pipeline import load_pipeline
+from rlhfctl.pipeline.load import is_pipeline_file
+from rlhfctl.pipeline.observer import PipelineObserver
+from rlhfctl.pipeline.runner import plan_stages
+from rlhfctl.recipe.errors import RecipeError, error
 
 if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a command runs, not at startup
     from rlhfctl.data.summary import DataFileSummary
@@ -79,7 +84,7 @@ def validate(
         cfg, path = loaded
         if output_format is OutputFormat.table:  # a tool asking for JSON gets the whole report
             refuse_missing_paths(cfg, err)
-        from rlhfctl.recipe.validate import validate_recipe
+        from rlhfctl.recipe.validate import validate_recipe  # pulls in torch: after the recipe loads
 
         report = validate_recipe(cfg, batch_size=batch_size, device_memory=device_bytes)
         if output_format is OutputFormat.json:
@@ -95,16 +100,13 @@ def _load_or_report(recipe: str, overrides: Optional[List[str]], output_format: 
                     console: Any) -> Optional[tuple[Any, Path]]:
     """(recipe, path), or None for a pipeline file; on a load error with --format json, the JSON report
     (that one error) on stdout first, then the error as usual (stderr, exit 2)."""
-    from rlhfctl.pipeline.load import is_pipeline_file
-    from rlhfctl.recipe.errors import RecipeError, error
-
     try:
         if is_pipeline_file(resolve_recipe_path(recipe)):
             return None
         return load_for_command(recipe, overrides)
     except RecipeError as failure:
         if output_format is OutputFormat.json:
-            from rlhfctl.recipe.validate import ValidationReport
+            from rlhfctl.recipe.validate import ValidationReport  # pulls in torch: off the CLI's fast path
 
             report = ValidationReport(issues=[error(failure.key_path, str(failure))])
             console.file.write(json.dumps({"recipe": recipe, **report.to_dict()}, indent=2) + "\n")
@@ -119,7 +121,7 @@ def _device_bytes(text: Optional[str]) -> Optional[int]:
     """--device-memory as bytes (a bare number is GiB); anything else is a user error naming the option."""
     if text is None:
         return None
-    from rlhfctl.recipe.memory_plan import parse_memory_size
+    from rlhfctl.recipe.memory_plan import parse_memory_size  # pulls in torch: off the CLI's fast path
 
     try:
         return parse_memory_size(text)
@@ -130,10 +132,6 @@ def _device_bytes(text: Optional[str]) -> Optional[int]:
 def _validate_pipeline(path: Path, overrides: Optional[List[str]], output_format: OutputFormat, console: Any,
                        err: Any) -> None:
     """Load and check every stage of a pipeline file (PipelineError, exit 2, names the stage and key)."""
-    from rlhfctl.pipeline import load_pipeline
-    from rlhfctl.pipeline.observer import PipelineObserver
-    from rlhfctl.pipeline.runner import plan_stages
-
     warnings: list[str] = []
 
     class _Warnings(PipelineObserver):
@@ -346,7 +344,7 @@ def _render_phases(console: Console, plan: MemoryPlan, pool: str) -> None:
 
 def _share_style(total: int, device: int | None) -> str:
     """Red above the device (an error), yellow above 90% of it (a warning)."""
-    from rlhfctl.recipe.memory_plan import TIGHT_SHARE
+    from rlhfctl.recipe.memory_plan import TIGHT_SHARE  # pulls in torch: off the CLI's fast path
 
     if not device or total <= TIGHT_SHARE * device:
         return "bold"
@@ -357,7 +355,7 @@ def render_data(console: Console, summaries: list[DataFileSummary]) -> None:
     """Each data file as preflight read it: rows, prompt form, the key of the ground truth, the columns."""
     if not summaries:
         return
-    from rlhfctl.recipe.preflight import SAMPLE_RECORDS
+    from rlhfctl.recipe.preflight import SAMPLE_RECORDS  # the data and reward modules (numpy): off the CLI's fast path
 
     table = Table(title=f"Data files (prompt, ground truth and columns from the first {SAMPLE_RECORDS} rows of each)",
                   title_justify="left")
