@@ -31,6 +31,7 @@ import yaml
 from rlhfctl.pipeline.errors import PipelineError
 from rlhfctl.pipeline.references import check_references
 from rlhfctl.pipeline.spec import PipelineSpec, StageSpec
+from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
 from rlhfctl.recipe.errors import did_you_mean
 
 __all__ = ["DEFAULT_OUTPUT_DIR", "load_pipeline", "pipeline_from_dict"]
@@ -135,8 +136,6 @@ def _stage(item: Any, index: int, base: Path) -> StageSpec:
 
 
 def _find_recipe(value: str, base: Path, key: str) -> Path:
-    from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
-
     candidate = Path(os.path.expanduser(value))
     for path in ([candidate] if candidate.is_absolute() else [base / candidate, candidate]):
         if path.is_file():

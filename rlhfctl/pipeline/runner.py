@@ -26,6 +26,7 @@ from rlhfctl.pipeline.observer import PipelineObserver, StagePlan, StageResult
 from rlhfctl.pipeline.references import substitute
 from rlhfctl.pipeline.spec import MODEL_DIR, PipelineSpec, StageSpec
 from rlhfctl.recipe.errors import RecipeError
+from rlhfctl.recipe.load import load_recipe, recipe_from_dict
 from rlhfctl.recipe.resolved import resolve
 
 __all__ = ["SUMMARY_FILE", "plan_stages", "run_pipeline"]
@@ -40,8 +41,6 @@ def _stage_error(stage: StageSpec, error: RecipeError) -> PipelineError:
 
 def _load_stage(spec: PipelineSpec, stage: StageSpec) -> Any:
     """The stage's recipe, loaded with its overrides (not validated yet)."""
-    from rlhfctl.recipe.load import load_recipe, recipe_from_dict
-
     outputs = {name: spec.attributes(name) for name in spec.names()}
     directory = spec.stage_dir(stage.name)
     # A stage that runs again (its inputs changed) replaces its previous run in its directory.
@@ -59,7 +58,7 @@ def _load_stage(spec: PipelineSpec, stage: StageSpec) -> Any:
 
 def _check(cfg: Any, stage: StageSpec, pending: list[Path], observer: PipelineObserver) -> None:
     """Validate a stage's recipe; errors about outputs of stages in ``pending`` (not run yet) are expected."""
-    from rlhfctl.recipe.validate import validate_recipe
+    from rlhfctl.recipe.validate import validate_recipe  # pulls in torch: off the CLI's fast path
 
     report = validate_recipe(cfg)
     errors = [issue for issue in report.errors if not any(str(path) in issue.message for path in pending)]
@@ -89,6 +88,7 @@ def _start_ray(plans: list[StagePlan]) -> Any:
     ray_cfg = next((ray for ray in settings if ray.backend == "ray"), None)
     if ray_cfg is None:
         return None
+    # Ray's helpers: only when a pipeline starts Ray, off rlhfctl --help's path
     from rlhfctl.ray_cluster import start_or_join_ray
 
     return start_or_join_ray(address=ray_cfg.address, num_cpus=ray_cfg.num_cpus, num_gpus=ray_cfg.num_gpus,
@@ -100,7 +100,7 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_stage(plan: StagePlan, stage: StageSpec, observer: PipelineObserver) -> StageResult:
-    from rlhfctl.trainer.run import run_training
+    from rlhfctl.trainer.run import run_training  # the trainer (torch, ray): only when a stage runs
 
     _check(plan.cfg, stage, [], PipelineObserver())  # now with the earlier stages' models; warnings were shown when planning
     clear_marker(plan.directory)
