@@ -149,7 +149,8 @@ def _tokenizer(model: dict[str, Any], field: str, directory: str, key: str) -> t
 def _render(recipe: Recipe, tokenizer: Any, name: str) -> tuple[tuple[str, list[int], bool] | None, list[Issue]]:
     """(text, ids, chat template applied) of the first record as PromptDataset renders and encodes it (unbounded),
     or the run's error."""
-    from rlhfctl.data import DataConfigError, DataFileError, PromptDataset, load_records  # pulls in torch: only when a prompt renders
+    # the data package pulls in torch: only when a prompt renders
+    from rlhfctl.data import DataConfigError, DataFileError, PromptDataset, load_records
 
     try:
         records = load_records(name, limit=1)

@@ -223,7 +223,8 @@ def _kl_kinds() -> tuple[str, ...]:
 
 
 def _tasks() -> tuple[str, ...]:
-    from rlhfctl.tasks import task_names  # loads every bundled task: only when a task name is checked, off recipe loading's path
+    # loads every bundled task: only when a task name is checked, off recipe loading's path
+    from rlhfctl.tasks import task_names
 
     return tuple(task_names())
 

@@ -191,7 +191,8 @@ def _check_models(recipe: Recipe, roles: list[str], here: bool) -> list[Issue]:
 
 
 def _config_keys(role: str, model: dict[str, Any]) -> list[Issue]:
-    from rlhfctl.models.loading import ModelConfigError, inline_config_class, unknown_config_keys  # transformers: only for an inline config
+    # transformers: only for an inline model config
+    from rlhfctl.models.loading import ModelConfigError, inline_config_class, unknown_config_keys
 
     prefix = f"roles.{role}.model.config"
     try:
