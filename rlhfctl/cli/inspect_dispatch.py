@@ -21,7 +21,7 @@ from rlhfctl.cli.console import OutputFormat, OverridesArg, complete_recipe, loa
 from rlhfctl.cli.errors import EXIT_USER, guarded
 from rlhfctl.cli.validate import render_issues
 from rlhfctl.recipe.errors import did_you_mean
-from rlhfctl.recipe.resolved import resolve
+from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import check_ppo_family
 
 __all__ = ["filter_plan", "format_tensor", "inspect_dispatch", "render_plan", "render_trace_summary"]
@@ -98,19 +98,21 @@ def _recipe_plan(recipe: str, overrides: Optional[List[str]], batch_size: Option
     from rlhfctl.recipe.dispatch_plan import build_dispatch_plan  # pulls in torch: after the recipe loads
 
     check_ppo_family(cfg, "inspect-dispatch")
-    _require_valid(cfg, batch_size)
-    plan = build_dispatch_plan(resolve(cfg), batch_size=batch_size)  # resolved once validate has passed it
+    recipe = _require_valid(cfg, batch_size)
+    plan = build_dispatch_plan(recipe, batch_size=batch_size)
     return {"recipe": str(path), **plan}
 
 
-def _require_valid(cfg: Any, batch_size: Optional[int]) -> None:
-    """Validate's errors, printed on stderr with exit 2, instead of a plan that cannot run."""
+def _require_valid(cfg: Any, batch_size: Optional[int]) -> Recipe:
+    """Validate's errors, printed on stderr with exit 2, instead of a plan that cannot run; else the recipe validate
+    resolved (once)."""
     from rlhfctl.recipe.validate import validate_recipe  # pulls in torch: after the recipe loads
 
     report = validate_recipe(cfg, batch_size=batch_size)
     if not report.ok:
         render_issues(make_console(stderr=True), report)
         raise typer.Exit(EXIT_USER)
+    return report.recipe
 
 
 def filter_plan(plan: dict[str, Any], role: Optional[str], method: Optional[str]) -> dict[str, Any]:

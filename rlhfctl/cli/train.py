@@ -10,7 +10,6 @@ from rlhfctl.cli.console import OverridesArg, RecipeArg, load_for_command, make_
 from rlhfctl.cli.errors import EXIT_USER, guarded
 from rlhfctl.cli.reporters import make_reporter
 from rlhfctl.cli.validate import render_issues
-from rlhfctl.recipe.resolved import resolve
 from rlhfctl.trainer.output_dir import check_output_dir
 
 __all__ = ["train"]
@@ -54,9 +53,9 @@ def train(
         if not report.ok:
             render_issues(err, report)
             raise typer.Exit(EXIT_USER)
-        check_output_dir(cfg)  # a used output_dir is refused before the run header is printed
+        check_output_dir(report.recipe)  # a used output_dir is refused before the run header is printed
         if not quiet:
-            render_essentials(console, resolve(cfg), path, report)  # resolved once validate has passed it
+            render_essentials(console, report.recipe, path, report)  # resolved once, by validate
             render_issues(console, report)
         from rlhfctl.trainer import run_training  # the trainer (torch, ray): only once the run starts
 

@@ -57,6 +57,8 @@ class ValidationReport:
     """What preflight read of each data file (rows, columns, prompt form, ground truth), in recipe order."""
     notes: list[str] = field(default_factory=list)
     """Facts worth a line that are neither errors nor warnings (the math reward's answer checker)."""
+    recipe: Recipe | None = None
+    """The resolved recipe the checks read (None when the fields themselves were wrong): what a run then uses."""
 
     @property
     def errors(self) -> list[Issue]:
@@ -132,7 +134,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report = ValidationReport(issues=[error(p.key_path, str(p)) for p in field_problems])
     if field_problems:
         return report  # later checks assume well-formed fields
-    recipe = resolve(cfg)  # once: every check below reads it
+    recipe = report.recipe = resolve(cfg)  # once: every check below reads it, and so does the run that follows
     report.issues += _run(RUN_CHECKS, recipe)
     if recipe.stage is not None:
         return _validate_stage(recipe, report, device_memory)

@@ -55,10 +55,10 @@ class _SilentReporter:
         return lambda *args, **kwargs: None
 
 
-def run_training(cfg: DictConfig, reporter: Reporter | None = None) -> dict[str, Any]:
+def run_training(cfg: DictConfig, reporter: Reporter | None = None, recipe: Recipe | None = None) -> dict[str, Any]:
     """Train as the recipe says (``algorithm.name`` picks the trainer); returns the run's summary."""
     reporter = reporter or _SilentReporter()
-    recipe = resolve(cfg)  # once: the run reads it (a restart resolves its own recipe, which resumes)
+    recipe = recipe if recipe is not None else resolve(cfg)  # the run reads it (a restart resolves the one that resumes)
     prepare_output_dir(recipe)
     session = None
     if recipe.ray.backend == "ray":
