@@ -110,7 +110,7 @@ def _probe(cfg: Any, function: Callable[..., Any], record: dict[str, Any], promp
     result = call_reward_function(
         function, str(cfg.roles.reward.function), [prompt if isinstance(prompt, str) else str(prompt)],
         ["" if truth is None else str(truth)], columns,
-        kwargs=dict(cfg.roles.reward.get("function_kwargs") or {}),
+        kwargs=dict(cfg.roles.reward.function_kwargs),
     )
     return list(result.named)
 

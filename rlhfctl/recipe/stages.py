@@ -48,7 +48,7 @@ STAGES: dict[str, StageAlgorithm] = {
 
 def is_stage(cfg: Any) -> bool:
     """True when ``algorithm.name`` is a supervised stage rather than the PPO-family loop."""
-    return str(cfg.algorithm.get("name") or "ppo") in STAGES
+    return str(cfg.algorithm.name) in STAGES
 
 
 def check_ppo_family(cfg: Any, command: str) -> None:
