@@ -111,8 +111,9 @@ def _role_spec(sections: RecipeSchema, name: str, pools: Mapping[str, PoolInfo])
         fallbacks["loss_scale_factor"] = response_width(sections.rollout)
     settings = dataclasses.replace(section, **fallbacks) if fallbacks else section
     model = section.get("model")
-    if model is None and name in MODEL_FALLBACKS:
-        model = getattr(sections.roles, MODEL_FALLBACKS[name]).model
+    fallback = getattr(sections.roles, MODEL_FALLBACKS[name]) if name in MODEL_FALLBACKS else None
+    if model is None and fallback is not None:  # a reward_model stage has no actor to fall back to
+        model = fallback.model
     if model is None and name == "reward" and str(sections.algorithm.name) == "reward_model":
         model = ModelConfig()  # the reward model being trained: the default inline architecture below
     if model is not None and model.path in (None, "") and model.config is None:
