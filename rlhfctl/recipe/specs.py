@@ -156,6 +156,15 @@ class Recipe:
         """``resource_pools`` as the recipe declares them, sealed (:attr:`pools` adds the roles on each)."""
         return self.sections.resource_pools
 
+    def __getitem__(self, key: str) -> Any:
+        """A section as written (``recipe["trainer"]["output_dir"]``): a worker written for the mapping workers used to
+        receive reads the same values from the resolved recipe."""
+        return self.sections[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A section as written, or ``default`` (see :meth:`__getitem__`)."""
+        return self.sections.get(key, default)
+
     def role(self, name: str) -> RoleSpec:
         """The spec of role ``name``; a clear error when the recipe does not configure it."""
         try:

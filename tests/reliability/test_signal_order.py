@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 
 import rlhfctl.trainer.run as run
 from rlhfctl.cli.errors import exit_code_for
+from rlhfctl.recipe.resolved import resolve_mapping
 from rlhfctl.run_signals import RunSignalled, safe_point_pending, stop_on_signals
 from rlhfctl.single_controller.errors import WorkerDiedError
 from tests.reliability.test_faults import REPO, sigint_not_ignored
@@ -113,10 +114,11 @@ def train(monkeypatch: pytest.MonkeyPatch, trainer: Trainer) -> tuple[BaseExcept
     """Run the real ``_train`` around ``trainer`` under :func:`stop_on_signals`; returns what left it."""
     cfg = OmegaConf.create({"trainer": {"live_progress": False, "total_steps": 10, "save_on_interrupt": True},
                             "ray": {"backend": "ray"}})
-    monkeypatch.setattr(run, "make_trainer", lambda cfg, reporter: trainer)
+    recipe = trainer.recipe = resolve_mapping(OmegaConf.to_container(cfg))  # what the run and the trainer read
+    monkeypatch.setattr(run, "make_trainer", lambda cfg, reporter, recipe: trainer)
     reporter, session = Reporter(), Session()
     with pytest.raises(BaseException) as raised, sigint_not_ignored(), stop_on_signals():
-        run._train(cfg, reporter, session)
+        run._train(cfg, recipe, reporter, session)
     return raised.value, reporter, session
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from rlhfctl.recipe import load_recipe
 from rlhfctl.recipe.resolved import resolve
-from rlhfctl.trainer import ppo_trainer, run_training
+import rlhfctl.trainer.run as run_module
+from rlhfctl.trainer import run_training
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 # ppo-gae.yaml: the actor (and reference) on pool "policy", the critic (and reward) on pool "value".
@@ -45,7 +46,7 @@ def test_updates_on_separate_pools_overlap_and_give_the_sequential_numbers(ray_s
         recipe = resolve(cfg)
         return dataclasses.replace(recipe, step=dataclasses.replace(recipe.step, parallel_updates=False))
 
-    monkeypatch.setattr(ppo_trainer, "resolve", in_turn_recipe)
+    monkeypatch.setattr(run_module, "resolve", in_turn_recipe)  # the run resolves once and hands it to the trainer
     in_turn, in_turn_spans = train(tmp_path / "in_turn")
 
     assert {e["pid"] for e in together_spans if e["name"] == "actor.update_actor"}.isdisjoint(
