@@ -8,6 +8,7 @@ docs/recipes.md), optionally ``choices`` (a tuple, or the name of a choice provi
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, FrozenInstanceError, asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Dict, List, Optional, get_args, get_type_hints
@@ -37,7 +38,7 @@ class Section(Mapping):
         return key in self._names()
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(item.name for item in fields(self))  # type: ignore[arg-type]
+        return _field_names(type(self))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__dict__.get("_sealed"):
@@ -49,6 +50,12 @@ class Section(Mapping):
         for name in self._names():
             object.__setattr__(self, name, sealed(getattr(self, name)))
         object.__setattr__(self, "_sealed", True)
+
+
+@functools.cache
+def _field_names(section_cls: type) -> tuple[str, ...]:
+    """A section class's field names, read once per class (a worker reads its sections on every micro-batch)."""
+    return tuple(item.name for item in fields(section_cls))
 
 
 class FrozenDict(dict):

@@ -91,3 +91,10 @@ def test_the_behaviour_loss_fact_sees_losses_registered_by_import_modules(tmp_pa
         "algorithm.import_modules=[behaviour_loss_for_resolve]", "roles.actor.policy_loss=behaviour_for_resolve"]))
     assert recipe.step.behaviour_loss
     assert not resolve(load_recipe(RECIPES / "quickstart.yaml")).step.behaviour_loss
+
+
+def test_the_recipe_reads_like_the_mapping_workers_used_to_receive():
+    recipe = resolve(load_recipe(RECIPES / "quickstart.yaml"))
+    assert recipe["trainer"]["output_dir"] == recipe.trainer.output_dir
+    assert recipe["roles"]["actor"]["ppo_epochs"] is None  # the section as written, not the resolved one
+    assert recipe.get("nope", "default") == "default"
