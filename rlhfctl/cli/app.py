@@ -12,6 +12,8 @@ from typer.core import TyperGroup
 import rlhfctl
 from rlhfctl.cli.console import make_console, print_error
 from rlhfctl.cli.errors import EXIT_INTERRUPTED, EXIT_USER, click_exceptions, usage_message
+from rlhfctl.cli.evaluate import evaluate_command
+from rlhfctl.cli.generate import generate_command
 from rlhfctl.cli.inspect_dispatch import inspect_dispatch
 from rlhfctl.cli.pipeline import pipeline
 from rlhfctl.cli.recipes import recipes_app
@@ -77,6 +79,8 @@ app.command("train")(train)
 app.command("validate")(validate)
 app.command("inspect-dispatch")(inspect_dispatch)
 app.command("pipeline")(pipeline)
+app.command("eval")(evaluate_command)
+app.command("generate")(generate_command)
 app.add_typer(recipes_app, name="recipes")
 
 

@@ -167,12 +167,16 @@ class Generator:
         """What seeds one generation call: the draw the driver numbered (``meta_info["draw"]``), so a resumed run
         draws the same samples whatever else ran on this rank since its checkpoint; ``meta_info["validate"]`` draws
         from a stream of its own (its own counter), so validation calls leave the training rollouts' random numbers
-        unchanged. A generate call without a draw (ReMax's greedy baseline) takes the next number of the generate
-        counter when colocated, draw 0 on a pool of its own."""
+        unchanged; with ``meta_info["validate_at"]`` (the policy's step and the batch's first prompt) it is keyed by
+        that alone, so an evaluation of a checkpoint draws what the run's validation at that step drew. A generate call
+        without a draw (ReMax's greedy baseline) takes the next number of the generate counter when colocated, draw 0
+        on a pool of its own."""
         stream = "validate" if meta_info.get("validate") else "generate"
         counter = f"{stream}_calls"
         calls = getattr(self, counter)
         setattr(self, counter, calls + 1)
+        if stream == "validate" and meta_info.get("validate_at") is not None:
+            return (self.seed, self.rank, stream, "at", *(int(part) for part in meta_info["validate_at"]))
         if stream == "generate" and (meta_info.get("draw") is not None or not self.colocated):
             return generation_seed_parts(self.seed, self.rank, meta_info)
         return (self.seed, self.rank, stream, calls)

@@ -27,15 +27,16 @@ from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
-from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks, validation_metrics
-from rlhfctl.trainer.prompt_source import build_dataset, make_batcher, to_dataproto
+from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
+from rlhfctl.trainer.prompt_source import build_dataset, make_batcher
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.rollout.colocated import Rollouts, join
 from rlhfctl.trainer.role_groups import RoleGroups, build_role_groups
 from rlhfctl.rollout.separate import SeparateRollouts
 from rlhfctl.trainer.trainer_base import TrainerBase, TrainingDiverged
-from rlhfctl.trainer.sample_metric import named_scores, sample_metric
+from rlhfctl.trainer.sample_metric import named_scores
 from rlhfctl.trainer.samples import SampleLog
+from rlhfctl.trainer.validation import respond_and_score, scored_validation_metrics
 
 __all__ = ["PPOTrainer", "PhaseTimer", "TrainingDiverged", "summarize"]
 
@@ -245,24 +246,15 @@ class PPOTrainer(TrainerBase):
         """Responses to the held-out prompts, scored by the reward role; per ``data_source`` too.
 
         One greedy response per prompt, or ``rollout.val_n`` sampled ones, which add ``pass@k`` (the best
-        ``acc`` of a prompt's k responses, averaged over prompts). ``meta_info["validate"]`` makes the
-        actor draw from its own validation stream, so turning validation on leaves the training
-        rollouts' random numbers as they were.
+        ``acc`` of a prompt's k responses, averaged over prompts). The samples come from the generator's
+        validation stream keyed by ``step`` (:mod:`rlhfctl.trainer.validation`): turning validation on leaves the
+        training rollouts' random numbers as they were, and ``rlhfctl eval`` of this step's checkpoint draws the same.
         """
         self.rollouts.before_validation(step)  # a rollout group validates the weights step `step` left
-        rows, k = list(self.val_data), int(self.recipe.rollout.settings.val_n)
-        scored = []
-        for start in range(0, len(rows), self.recipe.trainer.batch_size):
-            prompts = to_dataproto(rows[start:start + self.recipe.trainer.batch_size], self.tokenizer)
-            prompts.meta_info.update(do_sample=k > 1, n=k, validate=True)
-            responses = self.generator.generate_sequences(prompts)
-            scored.append(responses.union(self.reward.compute_rewards(responses)))
-        batch = DataProto.concat(scored)
-        scores = batch.batch["token_level_scores"].sum(-1).numpy()
-        sources = batch.non_tensor_batch.get("data_source")
-        if k == 1:
-            return validation_metrics(scores, sources)
-        return validation_metrics(scores, sources, accuracy=sample_metric(batch, "acc"), groups=batch.non_tensor_batch["uid"], k=k)
+        k = int(self.recipe.rollout.settings.val_n)
+        batch = respond_and_score(list(self.val_data), self.tokenizer, self.generator, self.reward,
+                                  self.recipe.trainer.batch_size, k, step)
+        return scored_validation_metrics(batch, k)
 
     def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
         bad = first_non_finite(metrics, ("reward/mean", "actor/pg_loss", "critic/vf_loss", "actor/grad_norm"))
