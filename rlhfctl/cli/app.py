@@ -16,6 +16,7 @@ from rlhfctl.cli.evaluate import evaluate_command
 from rlhfctl.cli.generate import generate_command
 from rlhfctl.cli.inspect_dispatch import inspect_dispatch
 from rlhfctl.cli.pipeline import pipeline
+from rlhfctl.cli.plot import plot
 from rlhfctl.cli.recipes import recipes_app
 from rlhfctl.cli.train import train
 from rlhfctl.cli.validate import validate
@@ -79,6 +80,7 @@ app.command("train")(train)
 app.command("validate")(validate)
 app.command("inspect-dispatch")(inspect_dispatch)
 app.command("pipeline")(pipeline)
+app.command("plot")(plot)
 app.command("eval")(evaluate_command)
 app.command("generate")(generate_command)
 app.add_typer(recipes_app, name="recipes")
