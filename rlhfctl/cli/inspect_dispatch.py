@@ -200,7 +200,8 @@ def _dataflow_tree(plan: dict[str, Any]) -> Tree:
                           f"{update['mini_batch_rows_per_rank']} rows per rank each; micro-batches of "
                           f"{update['micro_batch_size']} -> {update['grad_accum_steps']} accumulation step(s)"))
         if entry.get("note"):
-            node.add(Text(entry["note"], style="dim"))
+            uncorrected = entry.get("off_policy") is not None and not entry["off_policy"]["corrections"]
+            node.add(Text(entry["note"], style="yellow" if uncorrected else "dim"))  # stale samples, nothing corrects
         if entry["inputs"] or entry["outputs"]:  # a weight sync moves no batch keys
             node.add(Text("in:  " + ", ".join(format_tensor(t) for t in entry["inputs"])))
             node.add(Text("out: " + ", ".join(format_tensor(t) for t in entry["outputs"])))

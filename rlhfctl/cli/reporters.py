@@ -33,6 +33,8 @@ __all__ = ["KEY_METRICS", "BaseReporter", "PlainReporter", "QuietReporter", "Ric
 #: (label, metric keys tried in order) in display order; metrics that are absent are skipped.
 KEY_METRICS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward", ("reward/mean",)),
+    ("score", ("score/mean",)),  # the reward function's raw score, before the overlong penalty
+    ("acc", ("acc/mean",)),  # where the reward function returns an acc
     ("kl", ("kl", "actor/kl_loss")),
     ("pg_loss", ("actor/pg_loss",)),
     ("vf_loss", ("critic/vf_loss",)),

@@ -10,20 +10,22 @@ takes the actor's weights over a process group of its own. Every problem is an e
 - the weight sync needs the Ray backend; the PPO loop is the only one with a rollout group.
 
 Whether the rollout pool fits the machine is checked with the other pools (it is one of them in
-:func:`rlhfctl.recipe.pools.resolve_pools`).
+:func:`rlhfctl.recipe.pools.resolve_pools`). :func:`check_staleness_correction` warns when samples of an older
+policy are trained on with no off-policy correction (:mod:`rlhfctl.recipe.off_policy`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error
+from rlhfctl.recipe.errors import Issue, RecipeError, did_you_mean, error, warning
 from rlhfctl.recipe.importing import import_class
+from rlhfctl.recipe.off_policy import CORRECTION_KEYS, off_policy_corrections, sample_age
 from rlhfctl.recipe.pools import PoolInfo, pool_of
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE, required_methods
 from rlhfctl.recipe.specs import Recipe
 
-__all__ = ["check_placement"]
+__all__ = ["check_placement", "check_staleness_correction"]
 
 
 def check_placement(recipe: Recipe) -> list[Issue]:
@@ -44,6 +46,19 @@ def check_placement(recipe: Recipe) -> list[Issue]:
     issues += _worker_issues(recipe)
     pool_issues = _pool_issues(recipe.rollout.pool, recipe.pools)
     return issues + (pool_issues or _chunk_issues(recipe, recipe.pools[str(recipe.rollout.pool)]))
+
+
+def check_staleness_correction(recipe: Recipe) -> list[Issue]:
+    """A warning when the rollout group runs ahead (``trainer.max_staleness`` >= 1 with ``rollout.placement: separate``)
+    and no key adds an off-policy correction: the update would weigh old samples as the current policy's."""
+    age = sample_age(recipe)
+    if age <= 0 or off_policy_corrections(recipe):
+        return []
+    versions = f"{age} policy version{'s' if age != 1 else ''}"
+    return [warning("trainer.max_staleness", (
+        f"trainer.max_staleness: {age} with rollout.placement: separate trains the actor on samples up to {versions} "
+        "old, and no off-policy correction is set, so the update weighs them as if the current policy had sampled "
+        f"them; add one: {' or '.join(CORRECTION_KEYS)}; or set trainer.max_staleness: 0"))]
 
 
 def _staleness(recipe: Recipe, separate: bool) -> list[Issue]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlhfctl.recipe.check_tensor_parallel import engines_line
+from rlhfctl.recipe.off_policy import actor_update_note
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.recipe.specs import Recipe, StepFacts
 
@@ -97,7 +98,7 @@ def _driver(recipe: Recipe) -> list[StepCall]:
     return calls
 
 
-def _actor_update(step: StepFacts, vllm: bool, separate: bool) -> StepCall:
+def _actor_update(step: StepFacts, vllm: bool, separate: bool, policy_note: str) -> StepCall:
     """The policy update, with the optional inputs this recipe gives it (the engine's log-probs with vllm or a
     rollout group of its own)."""
     actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
@@ -107,7 +108,7 @@ def _actor_update(step: StepFacts, vllm: bool, separate: bool) -> StepCall:
         actor_inputs.append(_f("ref_log_prob"))
     if vllm or separate:
         actor_inputs.append(_f("rollout_log_probs"))
-    note = "" if step.needs_old_log_probs else "on-policy: old log-probs are the detached current ones (no compute_log_prob pass)"
+    note = policy_note  # on- or off-policy (rlhfctl.recipe.off_policy)
     if vllm and not separate:
         note = _joined(note, "then the new weights go into this rank's vLLM engine (time/rollout_sync)")
     warmup = step.critic_warmup_steps
@@ -147,7 +148,7 @@ def training_step(recipe: Recipe) -> list[StepCall]:
     if step.has_critic:
         steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
                               (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
-    steps.append(_actor_update(step, vllm, pool is not None))
+    steps.append(_actor_update(step, vllm, pool is not None, actor_update_note(recipe)))
     if pool is not None:
         steps += _weight_sync(rollout.sync_every)
     return steps

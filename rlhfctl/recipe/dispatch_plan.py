@@ -15,6 +15,7 @@ from rlhfctl.recipe.check_runtime import worker_classes
 from rlhfctl.recipe.dataflow import StepCall, TensorSpec, resolve_dims, training_step
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.importing import import_class
+from rlhfctl.recipe.off_policy import off_policy_corrections, sample_age
 from rlhfctl.recipe.pools import DRIVER_POOL, PoolInfo, pool_of
 from rlhfctl.recipe.resolve import ROLE_METHODS, ROLLOUT_ROLE
 from rlhfctl.recipe.specs import Recipe
@@ -127,7 +128,15 @@ def _call_entry(recipe: Recipe, index: int, call: StepCall, roles: dict[str, Any
     )
     if call.updates:
         entry["update"] = _update_info(updates.get(call.role))
+    if call.role == "actor" and call.updates:
+        entry["off_policy"] = _off_policy(recipe)
     return entry
+
+
+def _off_policy(recipe: Recipe) -> dict[str, Any] | None:
+    """The actor update's staleness: ``{"max_sample_age": k, "corrections": ["key: value", ...]}``, None on-policy."""
+    age = sample_age(recipe)
+    return {"max_sample_age": age, "corrections": off_policy_corrections(recipe)} if age > 0 else None
 
 
 def _require_declared(recipe: Recipe) -> None:

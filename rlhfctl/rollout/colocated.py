@@ -8,7 +8,7 @@ sends the next step's before this step ends. A :class:`Rollout` is one step's ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 from rlhfctl.protocol import DataProto
@@ -103,12 +103,16 @@ class Rollouts:
     the driver; other groups get the rollout fetched by the driver. The reference goes last: colocated
     roles run in submission order, and the advantages need only the reward and the values. A reward in
     the driver (``pool: driver``) is scored when the driver first needs it: a call there runs when it is
-    made, and would wait for the rollout.
+    made, and would wait for the rollout. ``notify`` gets the warnings of a step's rollout (dynamic sampling that
+    ran out of batches).
     """
 
     def __init__(self, recipe: Recipe, batcher: Any, tokenizer: Any, actor: WorkerGroup, reward: WorkerGroup,
-                 critic: WorkerGroup | None, reference: WorkerGroup | None) -> None:
+                 critic: WorkerGroup | None, reference: WorkerGroup | None,
+                 notify: Callable[[str], None] | None = None) -> None:
         self.trainer_cfg = recipe.trainer
+        self._notify = notify
+        self._step = 0  # the last step a rollout was taken for (start() sets where a resumed run begins)
         self.batcher, self.tokenizer = batcher, tokenizer
         self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
         self.group_filter = GroupFilterSettings.from_recipe(recipe, tokenizer.pad_token_id)
@@ -125,20 +129,22 @@ class Rollouts:
         return self.actor
 
     def start(self, completed_step: int) -> None:
-        """Nothing to open before the first step: the actor generates on its own weights."""
+        """Nothing to open before the first step: the actor generates on its own weights (the steps count from here)."""
+        self._step = completed_step
 
     def before_validation(self, step: int) -> None:
         """Nothing to send: the actor validates on the weights it trains."""
 
     def next(self) -> Rollout | FilteredRollout:
         """This step's rollout: the one sent ahead during the last step, or one sent now."""
-        rollout, self._ahead = self._ahead or self._send(), None
+        self._step += 1
+        rollout, self._ahead = self._ahead or self._send(self._step), None
         return rollout
 
     def send_ahead(self, step: int) -> None:
         """Send the next step's rollout now, when ``step`` allows it (see :meth:`may_send_ahead`)."""
         if self.may_send_ahead(step):
-            self._ahead = self._send()  # queued behind the update on the actor's ranks
+            self._ahead = self._send(step + 1)  # queued behind the update on the actor's ranks
 
     def may_send_ahead(self, step: int) -> bool:
         """Whether to send the next step's rollout before this step ends (``trainer.overlap_rollout``).
@@ -165,12 +171,13 @@ class Rollouts:
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.draws = int(state["rollout_draws"]) if "rollout_draws" in state else None
 
-    def _send(self) -> Rollout | FilteredRollout:
-        """A step's first draw: generation with every scoring call queued behind it, or, with
+    def _send(self, step: int) -> Rollout | FilteredRollout:
+        """Step ``step``'s first draw: generation with every scoring call queued behind it, or, with
         ``algorithm.filter_groups``, generation and reward only (the rest waits for the kept groups)."""
         self._before_ahead = (self.batcher.state_dict(), self.draws)
         if self.group_filter is not None:
-            return FilteredRollout(self.group_filter, self._generation(), self._generation, self._send_scoring)
+            return FilteredRollout(self.group_filter, self._generation(), self._generation, self._send_scoring,
+                                   step=step, notify=self._notify)
         generation = self._generation()
         values = None if self.critic is None else self._score(self.critic, self.critic.compute_values, generation.generated)
         reference = (None if self.reference is None

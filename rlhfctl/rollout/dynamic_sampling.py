@@ -9,7 +9,19 @@ log-probs. Every draw goes through the one batcher, so the prompt order is the r
 checkpoint's batcher state covers the extra draws: a resumed run is step-exact.
 
 When the batches run out first, ``on_exhausted: train`` trains on the groups kept (``filter/kept_groups``
-says how many; with none kept, on the last batch as it is), and ``on_exhausted: error`` stops the run.
+says how many; with none kept, on the last batch as it is) and sends a warning naming the step, and
+``on_exhausted: error`` stops the run.
+
+Metrics (:meth:`FilteredRollout.metrics`), counted over every batch the step generated:
+
+- ``filter/kept_groups``: the groups trained on (at most ``trainer.batch_size``);
+- ``filter/gen_batches``: the generation batches the step drew;
+- ``filter/no_signal_fraction``: the share of the generated groups whose samples all had the same metric
+  (no learning signal), counted before the kept groups are cut to the batch: how hard or easy the prompts
+  are for the policy;
+- ``filter/dropped_fraction``: the share of the generated groups not trained on, ``1 - kept / generated``:
+  the groups without signal, and the groups with signal generated past ``trainer.batch_size`` (a step that
+  fills up in its second batch drops at least that batch's surplus, so this is no measure of the signal).
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.trainer.sample_metric import sample_metric
 
-__all__ = ["FilterGroupsExhausted", "FilteredRollout", "Generation", "GroupFilterSettings"]
+__all__ = ["FilterGroupsExhausted", "FilteredRollout", "Generation", "GroupFilterSettings", "exhausted_warning"]
 
 
 class FilterGroupsExhausted(UserError, RuntimeError):
@@ -71,12 +83,15 @@ class FilteredRollout:
 
     ``responses()`` generates and filters until the step is full, then sends the values and the
     reference log-probs for the kept samples (``send_scoring``); ``scored()`` joins them as a plain
-    rollout does. ``prompts`` are the kept groups' prompts once ``responses()`` returned.
+    rollout does. ``prompts`` are the kept groups' prompts once ``responses()`` returned. A step that trains
+    short of ``trainer.batch_size`` groups (``on_exhausted: train``) sends ``notify`` a warning naming ``step``.
     """
 
     def __init__(self, settings: GroupFilterSettings, first: Generation, draw: Callable[[], Generation],
-                 send_scoring: Callable[[DataProto, DataProto], Any]) -> None:
+                 send_scoring: Callable[[DataProto, DataProto], Any], step: int | None = None,
+                 notify: Callable[[str], None] | None = None) -> None:
         self.settings, self.first, self.draw, self.send_scoring = settings, first, draw, send_scoring
+        self.step, self.notify = step, notify
         self.prompts: DataProto = first.prompts
         self._metrics: dict[str, float] = {}
         self._rollout: Any = None
@@ -92,20 +107,24 @@ class FilteredRollout:
         return self._rollout.scored(batch, reference_on_driver)
 
     def metrics(self) -> dict[str, float]:
-        """``filter/kept_groups``, ``filter/gen_batches`` and ``filter/dropped_fraction`` of this step."""
+        """``filter/kept_groups``, ``filter/gen_batches``, ``filter/no_signal_fraction`` and ``filter/dropped_fraction``
+        of this step (see the module docstring)."""
         return dict(self._metrics)
 
     def _fill(self) -> tuple[DataProto, DataProto, dict[str, float]]:
         wanted, settings = self.settings.groups_per_step, self.settings
-        batches, prompts, kept, generated_groups, last = [], [], 0, 0, None
+        batches, prompts, kept, generated_groups, no_signal, last = [], [], 0, 0, 0, None
         generation = self.first
         for number in range(1, settings.max_num_gen_batches + 1):
             last = (generation.scored(), generation.prompts)
             batch, batch_prompts = last
             uids = batch.non_tensor_batch["uid"]
             keep = groups_with_signal(sample_metric(batch, settings.metric), uids)
-            kept_uids = kept_uids_in_order(uids, keep)[: wanted - kept]
-            generated_groups += len(set(uids.tolist()))
+            with_signal = kept_uids_in_order(uids, keep)
+            kept_uids = with_signal[: wanted - kept]
+            groups = len(set(uids.tolist()))
+            generated_groups += groups
+            no_signal += groups - len(with_signal)
             batches.append(_rows_of(batch, kept_uids))
             prompts.append(_rows_of(batch_prompts, kept_uids))
             kept += len(kept_uids)
@@ -115,10 +134,13 @@ class FilteredRollout:
         metrics = {
             "filter/kept_groups": float(kept),
             "filter/gen_batches": float(number),
+            "filter/no_signal_fraction": no_signal / max(generated_groups, 1),
             "filter/dropped_fraction": 1.0 - kept / max(generated_groups, 1),
         }
         if kept < wanted:
             self._short(kept, number)
+            if self.notify is not None:
+                self.notify(exhausted_warning(self.step, kept, wanted, number, settings.metric))
             if kept == 0:
                 return last[0], last[1], metrics  # nothing has signal: the last batch as it is
         return _concat_prompt_padded(batches, self.settings.pad_token_id), _concat_prompt_padded(prompts, self.settings.pad_token_id), metrics
@@ -131,6 +153,17 @@ class FilteredRollout:
                 "prompts may be too easy or too hard for the policy. Raise max_num_gen_batches, or set "
                 "algorithm.filter_groups.on_exhausted=train to train on the groups kept"
             )
+
+
+def exhausted_warning(step: int | None, kept: int, wanted: int, batches: int, metric: str) -> str:
+    """The warning of a step that trains short of ``wanted`` groups (``on_exhausted: train``): ``kept`` after ``batches``."""
+    head = (f"{'' if step is None else f'step {step}: '}algorithm.filter_groups kept {kept} of {wanted} groups after "
+            f"{batches} generation batch{'es' if batches != 1 else ''} (max_num_gen_batches)")
+    if kept:
+        return f"{head}; training on the groups kept (on_exhausted: train)"
+    return (f"{head}: no group had signal (responses differing in {metric!r}); this step trains on the last batch as "
+            "it is: its advantages are zero, only penalties such as the overlong penalty move the policy "
+            "(on_exhausted: train)")
 
 
 _LEFT_PADDED = {"prompts": None, "input_ids": None, "attention_mask": 0, "position_ids": 0}

@@ -85,7 +85,8 @@ class StreamedRollout:
         self._filtered = FilteredRollout(
             rollouts.group_filter, Generation(self.prompts, Done(batch), Done(self._reward)),
             lambda: rollouts.extra_generation(self.step),
-            lambda prompts, kept: send_scoring(rollouts.critic, rollouts.reference, prompts, kept))
+            lambda prompts, kept: send_scoring(rollouts.critic, rollouts.reference, prompts, kept),
+            step=self.step, notify=rollouts._notify)
         kept = self._filtered.responses()
         self.prompts = self._filtered.prompts
         self._metrics.update(self._filtered.metrics())

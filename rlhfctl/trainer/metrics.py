@@ -26,9 +26,15 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def batch_metrics(batch: DataProto) -> dict[str, float]:
-    """Reward, length, advantage, value and KL statistics of one step's batch."""
+    """Reward, task score, length, advantage, value and KL statistics of one step's batch.
+
+    ``reward/*`` is the reward the advantages start from (``token_level_scores``: the overlong penalty
+    included, the in-reward KL not); ``score/mean`` is the reward function's or model's raw score before any
+    shaping, and ``acc/mean`` its named ``acc`` where it returns one (also logged as ``reward/acc/mean``).
+    """
     mask = batch.batch["response_mask"].float()  # the loss mask: the policy's own tokens
     metrics = _stats("reward", batch.batch["token_level_scores"].sum(-1))
+    metrics.update(task_score_metrics(batch.non_tensor_batch))
     # A response's length is its real tokens, the attention mask over it: with tool outputs (mask 0) the loss
     # mask has holes. For a single-turn rollout the two masks are equal.
     lengths = batch.batch["attention_mask"][:, -mask.shape[-1]:].float().sum(-1)
@@ -52,6 +58,16 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
     if "entropys" in batch.batch:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
     metrics.update(agent_metrics(batch))
+    return metrics
+
+
+def task_score_metrics(columns: Any) -> dict[str, float]:
+    """``score/mean`` (the reward's raw score, column ``score``) and ``acc/mean`` (its named ``acc``), where present."""
+    metrics: dict[str, float] = {}
+    if "score" in columns:
+        metrics["score/mean"] = float(np.mean(np.asarray(columns["score"], dtype=np.float64)))
+    if named_score_column("acc") in columns:
+        metrics["acc/mean"] = float(np.mean(np.asarray(columns[named_score_column("acc")], dtype=np.float64)))
     return metrics
 
 

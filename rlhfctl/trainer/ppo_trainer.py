@@ -91,7 +91,8 @@ class PPOTrainer(TrainerBase):
                 self.reference, restart=lambda: self.groups.restart_rollout(float(recipe.trainer.restart_wait_s)),
                 notify=lambda text: self.reporter.message(text, "warning"))
         else:
-            self.rollouts = Rollouts(recipe, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference)
+            self.rollouts = Rollouts(recipe, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference,
+                                     notify=lambda text: self.reporter.message(text, "warning"))
         self.samples = SampleLog(self.output_dir, recipe.trainer.log_samples, self.tokenizer)
         self._start_runtime()
 

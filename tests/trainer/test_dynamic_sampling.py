@@ -71,7 +71,7 @@ def test_uniform_groups_are_dropped_and_a_second_batch_fills_the_step():
     assert batch.non_tensor_batch["uid"].tolist() == ["u1", "u1", "u4", "u4"]
     assert rollout.prompts.non_tensor_batch["uid"].tolist() == ["u1", "u4"]
     assert sent["batch"] is batch  # the values and the reference are sent for the kept samples only
-    assert rollout.metrics() == {"filter/kept_groups": 2.0, "filter/gen_batches": 2.0,
+    assert rollout.metrics() == {"filter/kept_groups": 2.0, "filter/gen_batches": 2.0, "filter/no_signal_fraction": 0.5,
                                  "filter/dropped_fraction": pytest.approx(1 - 2 / 6)}
 
 

@@ -1,0 +1,55 @@
+"""Whether the actor's update trains on samples of an older policy, and which recipe keys correct for it.
+
+With ``rollout.placement: separate`` and ``trainer.max_staleness: k >= 1`` the rollout group generates up to
+``k`` steps ahead of the actor, so a sample may be up to ``k`` policy versions old (``rlhfctl.rollout.staleness``).
+The update is then off-policy. Two recipe keys weigh each token by the proximal / behaviour probability, with the
+behaviour log-probs the rollout group returns (docs/algorithms.md, "Decoupled PPO and truncated importance
+sampling"):
+
+- ``rollout.importance_cap: C``: truncated importance sampling, with any policy loss that does not take the
+  behaviour log-probs itself;
+- ``roles.actor.policy_loss`` naming a loss that takes them (``decoupled_ppo``; a registered custom one too).
+
+Validate warns about staleness without either (:func:`rlhfctl.recipe.check_placement.check_staleness_correction`),
+and ``inspect-dispatch`` labels the update with :func:`actor_update_note`. Pure: reads the resolved recipe only.
+"""
+
+from __future__ import annotations
+
+from rlhfctl.recipe.specs import Recipe
+
+__all__ = ["CORRECTION_KEYS", "actor_update_note", "off_policy_corrections", "sample_age"]
+
+CORRECTION_KEYS = ("rollout.importance_cap: 2.0 (truncated importance sampling, the policy loss unchanged)",
+                   "roles.actor.policy_loss: decoupled_ppo (optionally capped by roles.actor.behav_imp_weight_cap)")
+"""The settings that add an off-policy correction, as a message suggests them (the cap is an example value)."""
+
+
+def sample_age(recipe: Recipe) -> int:
+    """The most policy versions a trained sample may lag the actor: ``trainer.max_staleness`` with a rollout group of
+    its own (``rollout.placement: separate``), else 0 (the actor's ranks generate on the weights they train)."""
+    return int(recipe.rollout.max_staleness) if recipe.rollout.on_own_pool else 0
+
+
+def off_policy_corrections(recipe: Recipe) -> list[str]:
+    """The recipe's settings that correct the update for the behaviour policy, as ``key: value`` (none: empty)."""
+    found = []
+    cap = recipe.rollout.settings.importance_cap
+    if cap is not None:
+        found.append(f"rollout.importance_cap: {cap}")
+    if recipe.step.behaviour_loss:
+        found.append(f"roles.actor.policy_loss: {recipe.sections.roles.actor.policy_loss}")
+    return found
+
+
+def actor_update_note(recipe: Recipe) -> str:
+    """How the actor's update relates to the policy that sampled its batch, for the dataflow's ``update_actor`` note:
+    off-policy with the sample age and its correction (or none), else on-policy when no old-log-prob pass is made."""
+    detached = "" if recipe.step.needs_old_log_probs else "old log-probs are the detached current ones (no compute_log_prob pass)"
+    age = sample_age(recipe)
+    if age <= 0:
+        return f"on-policy: {detached}" if detached else ""
+    corrections = off_policy_corrections(recipe)
+    corrected = f"corrected by {' and '.join(corrections)}" if corrections else "no correction"
+    label = f"off-policy: samples up to {age} version{'s' if age != 1 else ''} old (trainer.max_staleness), {corrected}"
+    return f"{label}; {detached}" if detached else label
