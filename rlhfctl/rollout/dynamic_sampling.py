@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
 from rlhfctl.algorithms.group_filter import groups_with_signal, kept_uids_in_order
 from rlhfctl.errors import UserError
 from rlhfctl.protocol import DataProto
+from rlhfctl.rollout.batch_join import concat_prompt_padded
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.trainer.sample_metric import sample_metric
 
@@ -143,7 +143,7 @@ class FilteredRollout:
                 self.notify(exhausted_warning(self.step, kept, wanted, number, settings.metric))
             if kept == 0:
                 return last[0], last[1], metrics  # nothing has signal: the last batch as it is
-        return _concat_prompt_padded(batches, self.settings.pad_token_id), _concat_prompt_padded(prompts, self.settings.pad_token_id), metrics
+        return concat_prompt_padded(batches, self.settings.pad_token_id), concat_prompt_padded(prompts, self.settings.pad_token_id), metrics
 
     def _short(self, kept: int, batches: int) -> None:
         if self.settings.on_exhausted == "error":
@@ -164,37 +164,6 @@ def exhausted_warning(step: int | None, kept: int, wanted: int, batches: int, me
     return (f"{head}: no group had signal (responses differing in {metric!r}); this step trains on the last batch as "
             "it is: its advantages are zero, only penalties such as the overlong penalty move the policy "
             "(on_exhausted: train)")
-
-
-_LEFT_PADDED = {"prompts": None, "input_ids": None, "attention_mask": 0, "position_ids": 0}
-"""Columns that start with the prompt, left-padded, and what pads them (None: the pad token)."""
-
-
-def _concat_prompt_padded(parts: list[DataProto], pad_token_id: int) -> DataProto:
-    """Join the non-empty parts row-wise, left-padding the prompt columns of narrower parts to the widest.
-
-    Each generation batch is collated to its own longest prompt; padding on the left keeps every
-    response at the same columns, and a padded column is masked, so no number changes.
-    """
-    parts = [part for part in parts if len(part)]
-    width = max(_prompt_width(part) for part in parts)
-    return DataProto.concat([_left_pad(part, width - _prompt_width(part), pad_token_id) for part in parts])
-
-
-def _prompt_width(part: DataProto) -> int:
-    return int((part.batch["prompts"] if "prompts" in part.batch else part.batch["input_ids"]).shape[1])
-
-
-def _left_pad(part: DataProto, extra: int, pad_token_id: int) -> DataProto:
-    if extra == 0:
-        return part
-    tensors = dict(part.batch)
-    for key, fill in _LEFT_PADDED.items():
-        if key in tensors:
-            value = tensors[key]
-            padding = value.new_full((value.shape[0], extra), pad_token_id if fill is None else fill)
-            tensors[key] = torch.cat([padding, value], dim=1)
-    return DataProto(batch=tensors, non_tensor_batch=dict(part.non_tensor_batch), meta_info=dict(part.meta_info))
 
 
 def _rows_of(data: DataProto, uids: list[Any]) -> DataProto:
