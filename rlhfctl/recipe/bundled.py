@@ -37,13 +37,14 @@ def bundled_dir() -> Path | None:
 
 
 def recipe_description(path: Path) -> str:
-    """The recipe's first comment line, without the '#'."""
+    """The recipe's first comment line, without the '#' (the editor's ``# yaml-language-server:`` line skipped)."""
     try:
         with path.open(encoding="utf-8") as handle:
             for line in handle:
                 stripped = line.strip()
-                if stripped.startswith("#"):
-                    return stripped.lstrip("#").strip()
+                text = stripped.lstrip("#").strip()
+                if stripped.startswith("#") and not text.startswith("yaml-language-server:"):
+                    return text
     except OSError:
         return ""
     return ""
