@@ -42,7 +42,8 @@ def pipeline(
     earlier stages' models through `${stages.NAME.output}`.
 
     Every stage writes `OUTPUT_DIR/STAGE/` (metrics.jsonl, model/, COMPLETE when it finished). All
-    recipes are loaded and validated first (exit 2 on a problem, naming the stage and key). On a rerun,
+    recipes are loaded and validated first, data files read and tokenized included, as `rlhfctl validate`
+    does: exit 2 before anything trains, listing every problem with its stage and key. On a rerun,
     stages already complete with the same recipe are skipped; a stage that runs again makes the later
     ones run again too. See docs/pipeline.md.
 

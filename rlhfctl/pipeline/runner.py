@@ -2,9 +2,11 @@
 
 Each stage's recipe is loaded with the stage's overrides (``${stages.<name>.*}`` replaced by the
 earlier stages' paths) plus ``trainer.output_dir=<output_dir>/<stage>`` and ``trainer.export_hf=true``.
-All recipes are loaded and validated before anything runs (a problem in the last stage stops the run
-before the first trains); missing outputs of earlier stages are expected at that point and each
-stage is validated again just before it runs.
+All recipes are loaded and validated before anything runs, with the checks ``rlhfctl validate`` makes
+(data files read and tokenized, models, prompt lengths): a problem in the last stage stops the run before
+the first trains, and one error lists every problem of every stage. Missing outputs of earlier stages
+are expected at that point (a stage that trains on an earlier stage's model has its data tokenized with
+the tokenizer that model will hold), and each stage is validated again just before it runs.
 
 A stage is **skipped** when its ``COMPLETE`` marker matches its recipe and its model is there, and
 every stage before it was skipped too; once one stage runs, the later ones run again as well (their
@@ -15,7 +17,10 @@ inputs changed). The marker is removed before a stage runs and written after it 
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,29 +61,99 @@ def _load_stage(spec: PipelineSpec, stage: StageSpec) -> Any:
     return cfg
 
 
-def _check(cfg: Any, stage: StageSpec, pending: list[Path], observer: PipelineObserver) -> None:
-    """Validate a stage's recipe; errors about outputs of stages in ``pending`` (not run yet) are expected."""
-    from rlhfctl.recipe.validate import validate_recipe  # pulls in torch: off the CLI's fast path
+def _mentions(message: str, path: str) -> bool:
+    """``path`` appears in ``message`` as a whole path (``runs/sft`` is not in ``runs/sft2``)."""
+    return re.search(re.escape(path) + r"(?![\w.-])", message) is not None
+
+
+def _path(text: str) -> str:
+    return os.path.normpath(os.path.expanduser(text))
+
+
+@dataclass
+class _Pending:
+    """The earlier stages, not run yet when the pipeline is planned: their directories (errors about what is in
+    them are expected) and, per model directory, the model section it will hold (its tokenizer exported with it)."""
+
+    directories: list[str] = field(default_factory=list)
+    models: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def add(self, directory: Path, model: dict[str, Any] | None) -> None:
+        """An earlier stage's directory and the model section it trains (itself a pending model: what that holds)."""
+        self.directories.append(str(directory))
+        self.models[_path(str(directory / MODEL_DIR))] = self.stand_in(model) if model is not None else None
+
+    def stand_in(self, model: dict[str, Any]) -> dict[str, Any] | None:
+        """The model section to take ``model``'s tokenizer from: itself, or what the pending model directory it
+        names will hold (with ``model``'s own chat_template, when set); None when that is unknown."""
+        source = model.get("tokenizer_path") or model.get("path")
+        if not source or _path(str(source)) not in self.models:
+            return model
+        earlier = self.models[_path(str(source))]
+        if earlier is None:
+            return None
+        return {**earlier, **({"chat_template": model["chat_template"]} if model.get("chat_template") else {})}
+
+
+def _check(cfg: Any, stage: StageSpec, pending: _Pending, observer: PipelineObserver) -> tuple[Any, list[PipelineError]]:
+    """Validate a stage's recipe as ``rlhfctl validate`` does: (the resolved recipe or None, every error, each
+    naming the stage). A stage that trains on an earlier stage's model, not there yet, has its data read with the
+    tokenizer that model will hold."""
+    # pulls in torch: off the CLI's fast path
+    from rlhfctl.recipe.check_stage_data import check_stage_data, trained_model
+    from rlhfctl.recipe.validate import validate_recipe
 
     report = validate_recipe(cfg)
-    errors = [issue for issue in report.errors if not any(str(path) in issue.message for path in pending)]
-    if errors:
-        first = errors[0]
-        raise _stage_error(stage, RecipeError(first.message, key_path=first.key_path))
-    for issue in report.warnings:
-        observer.message(f"stages.{stage.name}: {issue.message}", "warning")
+    issues = list(report.issues)
+    recipe = report.recipe
+    model = trained_model(recipe) if recipe is not None and recipe.stage is not None else None
+    stand_in = pending.stand_in(model) if model is not None else None
+    if stand_in is not None and stand_in is not model:
+        issues += check_stage_data(recipe, stand_in)  # validate read no records when the model is not there yet
+    issues = list({issue.message: issue for issue in issues  # a stage complete from an earlier run: found twice
+                   if not any(_mentions(issue.message, path) for path in pending.directories)}.values())
+    for issue in issues:
+        if issue.severity == "warning":
+            observer.message(f"stages.{stage.name}: {issue.message}", "warning")
+    return recipe, [_stage_error(stage, RecipeError(issue.message, key_path=issue.key_path))
+                    for issue in issues if issue.severity == "error"]
+
+
+def _combined(problems: list[tuple[str, PipelineError]]) -> PipelineError:
+    """One error for every (stage, problem) found, with the first's key path; a single problem as it is."""
+    if len(problems) == 1:
+        return problems[0][1]
+    stages = ", ".join(dict.fromkeys(stage for stage, _ in problems))
+    lines = "\n".join(f"  [{number}] {problem}" for number, (_, problem) in enumerate(problems, start=1))
+    first = problems[0][1]
+    return PipelineError(f"{len(problems)} problems in stages {stages}; nothing has run:\n{lines}",
+                         key_path=first.key_path, kind=first.kind)
 
 
 def plan_stages(spec: PipelineSpec, observer: PipelineObserver | None = None) -> list[StagePlan]:
-    """Load and validate every stage's recipe (outputs of earlier stages may not exist yet)."""
+    """Load and validate every stage's recipe before any stage runs (outputs of earlier stages may not exist yet);
+    one PipelineError lists every problem of every stage."""
+    from rlhfctl.recipe.check_stage_data import trained_model  # pulls in torch: off the CLI's fast path
+
     observer = observer or PipelineObserver()
-    plans = []
+    plans: list[StagePlan] = []
+    problems: list[tuple[str, PipelineError]] = []
+    pending = _Pending()
     for index, stage in enumerate(spec.stages):
-        cfg = _load_stage(spec, stage)
-        _check(cfg, stage, [spec.stage_dir(name) for name in spec.names()[:index]], observer)
-        algorithm = str(resolve(cfg).algorithm.name)  # resolved once validate has passed it
-        plans.append(StagePlan(index, stage.name, algorithm, spec.stage_dir(stage.name), cfg, fingerprint(cfg),
-                               stage.describe_recipe()))
+        try:
+            cfg = _load_stage(spec, stage)
+        except PipelineError as error:
+            problems.append((stage.name, error))
+            pending.add(spec.stage_dir(stage.name), None)
+            continue
+        recipe, errors = _check(cfg, stage, pending, observer)
+        problems += [(stage.name, error) for error in errors]
+        pending.add(spec.stage_dir(stage.name), trained_model(recipe) if recipe is not None else None)
+        if not errors and recipe is not None:
+            plans.append(StagePlan(index, stage.name, str(recipe.algorithm.name), spec.stage_dir(stage.name), cfg,
+                                   fingerprint(cfg), stage.describe_recipe()))
+    if problems:
+        raise _combined(problems)
     return plans
 
 
@@ -102,7 +177,9 @@ def _flat(summary: dict[str, Any]) -> dict[str, Any]:
 def _run_stage(plan: StagePlan, stage: StageSpec, observer: PipelineObserver) -> StageResult:
     from rlhfctl.trainer.run import run_training  # the trainer (torch, ray): only when a stage runs
 
-    _check(plan.cfg, stage, [], PipelineObserver())  # now with the earlier stages' models; warnings were shown when planning
+    errors = _check(plan.cfg, stage, _Pending(), PipelineObserver())[1]  # now with the earlier stages' models;
+    if errors:  # warnings were shown when planning
+        raise _combined([(stage.name, error) for error in errors])
     clear_marker(plan.directory)
     observer.stage_started(plan)
     start = time.perf_counter()

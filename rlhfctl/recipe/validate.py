@@ -14,6 +14,7 @@ from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage, stage_r
 from rlhfctl.recipe.check_placement import check_placement, check_staleness_correction
 from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_sandbox import check_sandbox
+from rlhfctl.recipe.check_stage_data import check_stage_data
 from rlhfctl.recipe.check_tensor_parallel import check_tensor_parallel
 from rlhfctl.recipe.check_runtime import (
     check_data,
@@ -124,7 +125,7 @@ PPO_CHECKS: tuple[Check, ...] = (
 )
 
 #: The checks of a supervised stage (sft, reward_model, dpo): no rollout, no batch table.
-STAGE_CHECKS: tuple[Check, ...] = (check_stage, check_placement, check_token_budgets)
+STAGE_CHECKS: tuple[Check, ...] = (check_stage, check_placement, check_token_budgets, check_stage_data)
 
 
 def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int | None = None) -> ValidationReport:
