@@ -25,6 +25,7 @@ class TraceRecorder:
         self.calls: list[DispatchEvent] = []
         self.steps: list[tuple[int, float, float]] = []
         self.worker_spans: list[tuple[str, int, str, str, float, float]] = []
+        self.step_starts: dict[int, float] = {}
         self._requested: list[tuple[str, Callable[[float | None], list]]] = []
 
     # DispatchObserver
@@ -34,9 +35,28 @@ class TraceRecorder:
     def call_finished(self, event: DispatchEvent) -> None:
         """Nothing to do: the event object is completed in place."""
 
+    def step_started(self, step: int, start: float) -> None:
+        """A training step begins (time.time() seconds): where :meth:`take_over` cuts an attempt back."""
+        self.step_starts[step] = start
+
     def record_step(self, step: int, start: float, end: float) -> None:
         """A training step's wall-clock span (time.time() seconds)."""
         self.steps.append((step, start, end))
+
+    def take_over(self, earlier: "TraceRecorder", resumed_at: int) -> None:
+        """Put the trace of the run's earlier attempts (before a restart after a lost worker) ahead of this one's,
+        cut back to ``resumed_at``, the step this attempt resumed from: the calls of the steps it redoes count once,
+        as their metrics are logged once. Spans still on their way from the lost attempt's workers are left out."""
+        cutoff = min((start for step, start in earlier.step_starts.items() if step > resumed_at), default=None)
+
+        def kept(start: float) -> bool:
+            return cutoff is None or start < cutoff
+
+        self.calls = [event for event in earlier.calls if kept(event.started)] + self.calls
+        self.steps = [span for span in earlier.steps if span[0] <= resumed_at] + self.steps
+        self.worker_spans = [span for span in earlier.worker_spans if kept(span[4])] + self.worker_spans
+        self.step_starts = {**{step: start for step, start in earlier.step_starts.items() if step <= resumed_at},
+                            **self.step_starts}
 
     def drain_workers(self, groups: list[WorkerGroup]) -> None:
         """Fetch the spans each rank recorded; colocated groups share hosts and are drained once."""

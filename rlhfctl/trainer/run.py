@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,13 @@ from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.run_signals import safe_point_pending, stop_cause, stop_on_signals
 from rlhfctl.single_controller.rank_progress import watch_rank_progress
-from rlhfctl.trace import brief_summary
+from rlhfctl.trace import TraceRecorder, brief_summary
 from rlhfctl.trainer.output_dir import prepare_output_dir
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.trainer.restarts import CountedLoggers, RestartPolicy, pool_needs, restart_recipe
 from rlhfctl.trainer.trainer_base import TrainerBase
 
-__all__ = ["ALGORITHMS", "make_trainer", "run_training"]
+__all__ = ["ALGORITHMS", "make_trainer", "plot_command", "run_training"]
 
 ALGORITHMS = ("ppo", "sft", "reward_model", "dpo")
 
@@ -78,17 +79,21 @@ def _train(cfg: DictConfig, recipe: Recipe, reporter: Any, session: Any) -> dict
     trainer = None
     observer = getattr(reporter, "rank_progress", None) if recipe.trainer.live_progress else None
     restarts = RestartPolicy.from_recipe(recipe)
+    earlier: TraceRecorder | None = None  # the trace of the attempts before a restart: the summary counts the whole run
     try:
         with watch_rank_progress(recipe.ray.backend, observer):  # stops polling before Ray goes down
             while True:
                 trainer = None
                 try:
                     trainer = _start_trainer(cfg, recipe, reporter, restarts)
+                    if earlier is not None:
+                        trainer.trace.take_over(earlier, trainer.start_step)
                     _fit(trainer, reporter)
                     return _finish(trainer, reporter)
                 except WorkerLost as error:
                     if stop_cause(error) is not error:
                         raise  # a stop signal reached the workers: stop_on_signals names it
+                    earlier = trainer.trace if trainer is not None else earlier
                     cfg = _restart(cfg, recipe, trainer, restarts, error, reporter)
                     recipe = resolve(cfg)
     finally:
@@ -154,7 +159,7 @@ def _restart(cfg: DictConfig, recipe: Recipe, trainer: TrainerBase | None, resta
 
 
 def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
-    """The run's summary (with the trace's), reported and returned."""
+    """The run's summary (with the trace's, and the command that plots its metrics), reported and returned."""
     summary = trainer.summary()
     trace = trainer.trace_summary()
     summary.update(brief_summary(trace))
@@ -162,8 +167,15 @@ def _finish(trainer: TrainerBase, reporter: Reporter) -> dict[str, Any]:
     if trace_path is not None:
         summary["trace_file"] = str(trace_path)
     summary["trace"] = trace
+    if Path(trainer.metrics_log.path).is_file():  # trainer.loggers lists jsonl: there is something to plot
+        summary["plot"] = plot_command(trainer.output_dir)
     reporter.run_finished(summary)
     return summary
+
+
+def plot_command(output_dir: str | Path) -> str:
+    """``rlhfctl plot DIR --output DIR/metrics.png``: the command that draws a run's metrics (the summary's last line)."""
+    return f"rlhfctl plot {shlex.quote(str(output_dir))} --output {shlex.quote(str(Path(output_dir) / 'metrics.png'))}"
 
 
 def _save_on_interrupt(trainer: TrainerBase, reporter: Reporter, stop: KeyboardInterrupt | None = None) -> None:

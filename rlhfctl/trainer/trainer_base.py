@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ class TrainerBase:
                                   f"once (the checkpoint of step {self.saved_step} is kept then)", "warning")
 
         self.running_step = step
+        self.trace.step_started(step, time.time())  # where a restart cuts this attempt's trace back to
         with step_in_progress(notice):
             yield
             self.running_step = None

@@ -94,7 +94,13 @@ def healed_run_matches_a_straight_one(tmp_path: Path, ray_tmpdir: str, pauses: s
 @pytest.mark.slow
 def test_a_worker_killed_in_the_update_of_step_5_restarts_and_ends_bit_equal_to_a_straight_run(tmp_path, ray_tmpdir):
     output = healed_run_matches_a_straight_one(tmp_path, ray_tmpdir, "update_actor:5", 0, "actor",
-                                               "trainer.loggers=[console,jsonl,tensorboard]")
+                                               "trainer.loggers=[console,jsonl,tensorboard]", "trainer.trace=true")
+    # The dispatch summary (and trace.json) count the whole run, each step once, the attempt before the restart too.
+    from rlhfctl.trace import summarize_trace
+
+    for run in ("straight", "healed"):
+        summary = summarize_trace(tmp_path / run / "run")
+        assert summary["steps"] == 10 and summary["methods"]["actor.update_actor"]["calls"] == 10, (run, summary)
     line = next(line for line in output.splitlines() if "restart 1/1" in line)
     assert "after step 4: actor rank 0 lost during actor.update_actor (process died)" in line, line
     assert "checkpoints/step_2" in line  # step 4 was still being written when its process died
