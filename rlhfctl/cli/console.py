@@ -1,6 +1,7 @@
 """What every command shares: consoles for its output, the RECIPE and OVERRIDES arguments, and loading them.
 
-Consoles show colour and live views on a terminal, and wide plain text otherwise. RECIPE is a file path
+Consoles show colour and live views on a terminal, and wide plain text otherwise (without the escape codes other
+libraries print, once a command calls :func:`show_library_output`). RECIPE is a file path
 or the name of a bundled recipe, loaded with the OVERRIDES.
 """
 
@@ -16,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from rlhfctl.library_output import VERBOSE_VARIABLE, quiet_this_process
+from rlhfctl.library_output import VERBOSE_VARIABLE, plain_when_not_a_terminal, quiet_this_process
 from rlhfctl.recipe.bundled import bundled_path, list_bundled, recipe_stem
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.load import load_recipe
@@ -62,10 +63,12 @@ def refuse_missing_paths(cfg: DictConfig, err: Console) -> None:
 
 
 def show_library_output(verbose: bool) -> None:
-    """``--verbose`` lets other libraries' bars and warnings through, here and in every worker; else they are kept off."""
+    """``--verbose`` lets other libraries' bars and warnings through, here and in every worker; else they are kept off.
+    Either way, stdout and stderr that are not terminals get no escape codes (Ray's coloured worker and raylet lines)."""
     if verbose:
         os.environ[VERBOSE_VARIABLE] = "1"  # an RLHFCTL_* variable: it reaches the workers too
     quiet_this_process()
+    plain_when_not_a_terminal()
 
 
 # ---------------------------------------------------------------------------------- arguments and options
