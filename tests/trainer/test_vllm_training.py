@@ -71,3 +71,15 @@ def test_a_rollout_group_of_vllm_engines_takes_the_actors_weights_over_the_chann
     assert all(r["rollout/sync_check_diff"] <= 1e-3 and r["rollout/sync_bytes"] > 0 for r in synced)
     spans = {event["name"] for event in json.loads((tmp_path / "trace.json").read_text())["traceEvents"]}
     assert {"rollout.vllm.sync", "rollout.vllm.generate", "rollout.generate_sequences", "actor.send_weights"} <= spans
+
+
+def test_eval_on_the_vllm_engine_equals_the_val_metrics_of_the_run(tmp_path):
+    """rlhfctl eval runs on the recipe's engine: a vllm run's checkpoint scores as its own validation did."""
+    records = train(tmp_path, "trainer.total_steps=1", "trainer.val_every=1", "trainer.save_every=1", "data.num_val=6",
+                    "trainer.batch_size=4", "trainer.mini_batch_size=4", "rollout.max_new_tokens=8")
+    done = subprocess.run([sys.executable, "-m", "rlhfctl.cli", "eval", str(tmp_path), "--format", "json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["val_metrics"] == {key: value for key, value in records[0].items() if key.startswith("val/")}
+    assert report["sources"]["all"]["prompts"] == 6
