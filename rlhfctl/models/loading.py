@@ -11,7 +11,9 @@ A model section names its weights in one of two ways:
 Optional keys: ``tokenizer_path`` (load the tokenizer from elsewhere), ``chat_template`` (replace
 the tokenizer's template), ``attn_implementation`` (passed to transformers). When both ``path``
 and ``config`` are given, ``path`` wins: a model saved by :func:`save_hf_model` loads back through
-``path`` even if the recipe still carries the inline ``config``.
+``path`` even if the recipe still carries the inline ``config``. A directory the character tokenizer was saved
+to (:func:`rlhfctl.models.tokenizer.is_char_tokenizer_dir`) loads it as :class:`CharTokenizer` again; the
+``tokenizer.json`` saved beside it is for transformers without rlhfctl, and gives the same ids.
 
 Random inline weights depend only on ``seed``: every rank, and the reference policy, build
 identical weights from the same seed (initialise on CPU, then move).
@@ -24,7 +26,6 @@ import difflib
 import functools
 import importlib.util
 import inspect
-import json
 import os
 import re
 import warnings
@@ -54,7 +55,7 @@ from transformers.models.auto.modeling_auto import (
 
 from rlhfctl.errors import UserError
 from rlhfctl.local_paths import looks_local
-from rlhfctl.models.tokenizer import TOKENIZER_CLASS_NAME, CharTokenizer
+from rlhfctl.models.tokenizer import CharTokenizer, is_char_tokenizer_dir
 
 __all__ = [
     "VALUE_HEAD_FILE",
@@ -261,17 +262,6 @@ def _set_pad_token_id(model: nn.Module, tokenizer: Any) -> None:
         generation_config.pad_token_id = pad_id
 
 
-def _is_char_tokenizer_dir(path: str) -> bool:
-    config_file = os.path.join(path, "tokenizer_config.json")
-    if not os.path.isfile(config_file):
-        return False
-    try:
-        with open(config_file, encoding="utf-8") as handle:
-            return json.load(handle).get("tokenizer_class") == TOKENIZER_CLASS_NAME
-    except (OSError, ValueError):
-        return False
-
-
 def _has_head(config: PretrainedConfig, mapping: Any, auto_class: str) -> bool:
     if auto_class in (getattr(config, "auto_map", None) or {}):
         return True
@@ -288,7 +278,7 @@ def load_tokenizer(model_cfg: Mapping[str, Any], trust_remote_code: bool = False
     if source:
         where = "model.tokenizer_path" if model_cfg.get("tokenizer_path") else "model.path"
         location = _resolve_path(source, where)
-        if _is_char_tokenizer_dir(location):
+        if is_char_tokenizer_dir(location):  # saved by CharTokenizer: rebuild it (tokenizer.json gives the same ids)
             tokenizer = CharTokenizer.from_pretrained(location)
         else:
             with _loading(where, source):
@@ -618,7 +608,8 @@ def _require_head(config: PretrainedConfig, mapping: Any, auto_class: str) -> No
 def save_hf_model(
     model: nn.Module, tokenizer: Any, directory: str | os.PathLike[str], state_dict: dict[str, torch.Tensor] | None = None
 ) -> Path:
-    """Write weights (safetensors) and tokenizer so the directory loads back via ``model.path``;
+    """Write weights (safetensors) and tokenizer so the directory loads back via ``model.path``, and with plain
+    transformers (the character tokenizer writes a ``tokenizer.json`` too: :mod:`rlhfctl.models.tokenizer`);
     ``state_dict`` (the full state, e.g. gathered from shards or cast for export) replaces the model's own."""
     target = Path(os.path.expanduser(str(directory)))
     target.mkdir(parents=True, exist_ok=True)

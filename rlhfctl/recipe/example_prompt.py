@@ -192,9 +192,16 @@ def _difference(text: str, decoded: str, tokenizer: Any) -> str | None:
 
 
 def _saved_class(directory: str) -> str | None:
+    """The class ``tokenizer_config.json`` names; CharTokenizer for its directories (they name the fast class for
+    transformers without rlhfctl, and rlhfctl's loader builds CharTokenizer from them)."""
+    from rlhfctl.models.tokenizer import TOKENIZER_CLASS_NAME, is_char_tokenizer_config
+
     try:
         with open(os.path.join(directory, "tokenizer_config.json"), encoding="utf-8") as handle:
-            saved = json.load(handle).get("tokenizer_class")
+            config = json.load(handle)
+        if is_char_tokenizer_config(config):
+            return TOKENIZER_CLASS_NAME
+        saved = config.get("tokenizer_class")
     except (OSError, ValueError, AttributeError):
         return None
     return str(saved) if saved else None
