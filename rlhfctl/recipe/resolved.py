@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rlhfctl.agents.trajectory import response_width
+from rlhfctl.environments.choice import effective_rollout, environment_choice
 from rlhfctl.recipe.load import merged_over_schema
 from rlhfctl.recipe.pools import PoolInfo, resolve_pools
 from rlhfctl.recipe.resolve import (
@@ -27,7 +28,7 @@ from rlhfctl.recipe.resolve import (
     step_facts,
     warmup_steps,
 )
-from rlhfctl.recipe.schema import ROLE_NAMES, FrozenDict, ModelConfig, RecipeSchema, Section, nullable_keys, sealed
+from rlhfctl.recipe.schema import ROLE_NAMES, FrozenDict, ModelConfig, RecipeSchema, RolloutConfig, Section, nullable_keys, sealed
 from rlhfctl.recipe.specs import Recipe, RoleSpec, RoleUpdate, RolloutSpec
 from rlhfctl.recipe.stages import is_stage
 
@@ -55,17 +56,19 @@ def resolve(cfg: Any) -> Recipe:
     """
     sections: RecipeSchema = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg  # type: ignore[assignment]
     pools = resolve_pools(cfg, strict=False)
-    roles = {name: _role_spec(sections, name, pools) for name in present_roles(cfg)}
+    rollout = _rollout_spec(sections)
+    roles = {name: _role_spec(sections, name, pools, rollout.settings) for name in present_roles(cfg)}
     stage = str(sections.algorithm.name) if is_stage(cfg) else None
     recipe = Recipe(
         sections=sections,
         roles=FrozenDict(roles),
-        rollout=_rollout_spec(sections),
+        rollout=rollout,
         pools=FrozenDict(pools),
         step=step_facts(cfg),
         stage=stage,
     )
     sections.seal()
+    sealed(rollout.settings)  # rollout.environment's effective section is a copy of the one sealed above
     for spec in roles.values():
         sealed(spec.settings), sealed(spec.model), sealed(spec.optim)
     return recipe
@@ -103,12 +106,12 @@ def _section_type(hint: Any) -> Any:
     return None
 
 
-def _role_spec(sections: RecipeSchema, name: str, pools: Mapping[str, PoolInfo]) -> RoleSpec:
+def _role_spec(sections: RecipeSchema, name: str, pools: Mapping[str, PoolInfo], rollout: RolloutConfig) -> RoleSpec:
     section = getattr(sections.roles, name)
     trainer = sections.trainer
     fallbacks = {key: role_setting(section, trainer, key) for key in TRAINER_FALLBACKS if key in section}
     if "loss_scale_factor" in section and section.loss_scale_factor is None:  # seq-mean-token-sum-norm's constant
-        fallbacks["loss_scale_factor"] = response_width(sections.rollout)
+        fallbacks["loss_scale_factor"] = response_width(rollout)
     settings = dataclasses.replace(section, **fallbacks) if fallbacks else section
     model = section.get("model")
     fallback = getattr(sections.roles, MODEL_FALLBACKS[name]) if name in MODEL_FALLBACKS else None
@@ -153,7 +156,8 @@ def _role_update(sections: RecipeSchema, name: str, settings: Any) -> RoleUpdate
 
 
 def _rollout_spec(sections: RecipeSchema) -> RolloutSpec:
-    rollout = sections.rollout
+    choice = environment_choice(sections.rollout)
+    rollout = effective_rollout(sections.rollout, choice)  # rollout.environment runs as the multi-turn environment
     own_pool = rollout_on_own_pool(rollout)
     return RolloutSpec(
         settings=rollout,
@@ -168,4 +172,5 @@ def _rollout_spec(sections: RecipeSchema) -> RolloutSpec:
         response_width=response_width(rollout),
         sync_every=int(rollout.sync_every),
         max_staleness=int(sections.trainer.max_staleness),
+        environment=choice,
     )

@@ -356,6 +356,8 @@ class RolloutConfig(Section):
     importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
     multi_turn: MultiTurnConfig = _field(doc="agent rollouts with tools over several turns", factory=MultiTurnConfig)
+    environment: Optional[str] = _field(None, "an ecosystem's environment as <kind>:<target>, e.g. openenv:http://127.0.0.1:8000 or openenv:module:Class; turns on the multi-turn environment loop (rollout.multi_turn's other settings apply; not with rollout.multi_turn.environment)")
+    environment_config: Dict[str, Any] = _field(doc="settings of rollout.environment's kind (openenv: action_field, observation_field, reset_columns, reset_observation, base_url, connect_timeout_s, message_timeout_s)", factory=dict)
 
 
 @dataclass(eq=False)

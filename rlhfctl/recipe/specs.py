@@ -29,6 +29,7 @@ from rlhfctl.recipe.schema import (
 )
 
 if TYPE_CHECKING:
+    from rlhfctl.environments.choice import EnvironmentChoice
     from rlhfctl.recipe.pools import PoolInfo
 
 __all__ = ["Recipe", "RoleSpec", "RoleUpdate", "RolloutSpec", "StepFacts"]
@@ -77,7 +78,11 @@ class RoleSpec:
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """Who generates, on which engine and how the weights reach it (``rollout`` and ``trainer.max_staleness``)."""
+    """Who generates, on which engine and how the weights reach it (``rollout`` and ``trainer.max_staleness``).
+
+    ``settings`` is the rollout section the workers read: with ``rollout.environment``, its ``multi_turn`` is on and
+    runs that environment (``rlhfctl/environments/choice.py``); ``multi_turn``, ``agent`` and ``response_width`` follow it.
+    """
 
     settings: RolloutConfig
     placement: str
@@ -91,6 +96,8 @@ class RolloutSpec:
     response_width: int
     sync_every: int
     max_staleness: int
+    environment: EnvironmentChoice | None = None
+    """What ``rollout.environment`` names (None: unset); with it usable, ``settings.multi_turn`` runs its adapter."""
 
 
 @dataclass(frozen=True)
