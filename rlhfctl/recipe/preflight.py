@@ -41,7 +41,8 @@ from rlhfctl.recipe.errors import Issue, error, warning
 from rlhfctl.recipe.pools import PoolInfo, pool_shares
 from rlhfctl.recipe.schema import RayConfig
 from rlhfctl.recipe.specs import Recipe
-from rlhfctl.rewards.functions import RewardFunctionError, is_internal_column, load_reward_function, reward_call_problem
+from rlhfctl.rewards.functions import (CONVERSATION_COLUMNS, RewardFunctionError, conversation_columns_taken,
+                                      is_internal_column, load_reward_function, reward_call_problem)
 from rlhfctl.single_controller.resource_pool import RayResourcePool
 from rlhfctl.tasks import UnknownTaskError, get_task
 
@@ -135,8 +136,10 @@ def _check_reward(recipe: Recipe, columns: dict[str, list[str]], summaries: list
     if missing:
         return missing
     kwargs = dict(reward.function_kwargs)
+    # an agent rollout passes the conversation's columns the function names (as the reward worker does)
+    added = conversation_columns_taken(function, CONVERSATION_COLUMNS) if recipe.rollout.agent else []
     for source, names in columns.items():
-        problem = reward_call_problem(function, names, kwargs=kwargs)
+        problem = reward_call_problem(function, [*names, *added], kwargs=kwargs)
         if problem:
             sample = f"the first {SAMPLE_RECORDS} records of {source}" if source != "data.task" else source
             return [error(key, f"{key}: {problem}; columns read from {sample}")]

@@ -36,6 +36,9 @@ def no_kwargs(prompts, responses):
 
 def reverse_score(prompts, responses, **columns):
     return [0.0 for _ in responses]
+
+def agent_score(prompts, responses, ground_truth, messages, tool_rewards):
+    return [float(r) for r in tool_rewards]
 '''
 
 
@@ -90,6 +93,15 @@ def test_a_reward_function_with_the_wrong_signature(runner, workdir, command, fu
     stderr = _fails(runner, command, _recipe(workdir, function))
     assert "roles.reward.function" in stderr and f"it needs {needs}" in stderr
     assert "fn(prompts=[...], responses=[...], **columns)" in stderr
+
+
+def test_a_reward_function_naming_the_agent_rollouts_columns_passes_only_with_an_agent_rollout(runner, workdir):
+    recipe = _recipe(workdir, "rewards.py:agent_score")
+    stderr = _fails(runner, "validate", recipe)
+    assert "it needs 'messages', 'tool_rewards'" in stderr
+    result = _invoke(runner, "validate", str(recipe), "rollout.multi_turn.enable=true",
+                     "rollout.multi_turn.tools=[{class: rlhfctl.agents.tools.calculator:CalculatorTool}]")
+    assert "roles.reward.function" not in result.output, result.output
 
 
 def test_a_reward_function_needing_a_column_the_data_lacks(runner, workdir):
