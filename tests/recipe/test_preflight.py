@@ -100,8 +100,9 @@ def test_a_reward_function_naming_the_agent_rollouts_columns_passes_only_with_an
     stderr = _fails(runner, "validate", recipe)
     assert "it needs 'messages', 'tool_rewards'" in stderr
     result = _invoke(runner, "validate", str(recipe), "rollout.multi_turn.enable=true",
-                     "rollout.multi_turn.tools=[{class: rlhfctl.agents.tools.calculator:CalculatorTool}]")
-    assert "roles.reward.function" not in result.output, result.output
+                     "rollout.multi_turn.tools=[{class: rlhfctl.agents.tools.calculator:Calculator}]",
+                     "rollout.multi_turn.max_response_tokens=64")
+    assert result.exit_code == 0 and "roles.reward.function" not in result.output, result.output
 
 
 def test_a_reward_function_needing_a_column_the_data_lacks(runner, workdir):
