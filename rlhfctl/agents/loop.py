@@ -10,6 +10,9 @@ never block the event loop (run blocking work with ``asyncio.to_thread``).
   outputs as tool turns (mask 0); repeat until a turn calls no tool, ``max_turns`` or the token budget.
 - :class:`EnvironmentAgentLoop` (with ``rollout.multi_turn.environment``): each turn is an action
   passed to ``Environment.step``; its observation goes in as a user turn (mask 0).
+- :class:`~rlhfctl.agents.endpoint.EndpointAgentLoop` (with ``rollout.agent_server.program``): each sample is
+  one run of an agent program against an OpenAI-compatible endpoint on the rank; the trajectory is the tokens
+  its requests recorded (``rlhfctl/agents/endpoint/``; importable from here too).
 
 A problem in the model's call (malformed JSON, an unknown tool, arguments failing the tool's schema)
 or in the tool (it raises, it times out) never ends the step: the model reads it as the tool's
@@ -31,6 +34,15 @@ from rlhfctl.agents.tool_calls import ToolCall, argument_problem, tool_call_pars
 from rlhfctl.agents.trajectory import Trajectory
 
 __all__ = ["AgentContext", "AgentLoop", "AgentSample", "EnvironmentAgentLoop", "ToolAgentLoop"]
+
+
+def __getattr__(name: str) -> Any:
+    """``EndpointAgentLoop``, imported on first use (its package builds on this module)."""
+    if name == "EndpointAgentLoop":
+        from rlhfctl.agents.endpoint.loop import EndpointAgentLoop  # lazily: the endpoint package imports this module
+
+        return EndpointAgentLoop
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

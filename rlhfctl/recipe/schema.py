@@ -335,6 +335,20 @@ class MultiTurnConfig(Section):
 
 
 @dataclass(eq=False)
+class AgentServerConfig(Section):
+    """Any agent program as the rollout: an OpenAI-compatible endpoint per rollout rank that the program samples through (docs/agents.md)."""
+
+    program: Optional[str] = _field(None, "the agent program, module:function or path/to/file.py:function: an async function awaited once per trajectory as program(base_url=..., api_key=..., model=..., sample={dataset columns}), returning a float reward or None (the reward function scores); needs rollout.multi_turn.enable (null: no endpoint)")
+    max_concurrency: int = _field(128, "programs running at once per rollout rank; their requests meet in the engine's batched rounds", min=1)
+    request_timeout_s: float = _field(300.0, "seconds one chat/completions request may wait for its tokens; past it the program gets HTTP 504", min_exclusive=0)
+    trajectory_timeout_s: float = _field(600.0, "seconds one program run may take; past it the trajectory fails (no trained tokens, reward 0), counted in agent/tool/endpoint/timeouts/mean", min_exclusive=0)
+    queue_size: int = _field(256, "requests per rollout rank waiting for the engine at most; more are answered HTTP 429", min=1)
+    batch_wait_s: float = _field(0.2, "seconds a request waits for the other running programs' requests before its round goes to the engine without them", min=0)
+    port_range: Optional[List[int]] = _field(None, "[first, last] ports the endpoint may listen on (127.0.0.1 only); null: a free port the OS picks", min=1, max=65535, min_items=2, max_items=2)
+    tool_format: str = _field("hermes", "parser of the tool calls in the model's output, returned as OpenAI tool_calls (a parser of rollout.multi_turn.format's registry)")
+
+
+@dataclass(eq=False)
 class RolloutConfig(Section):
     """Sampling of responses."""
 
@@ -356,6 +370,7 @@ class RolloutConfig(Section):
     importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
     multi_turn: MultiTurnConfig = _field(doc="agent rollouts with tools over several turns", factory=MultiTurnConfig)
+    agent_server: AgentServerConfig = _field(doc="an OpenAI-compatible endpoint per rollout rank, so any agent program is the rollout", factory=AgentServerConfig)
     environment: Optional[str] = _field(None, "an ecosystem's environment as <kind>:<target>, e.g. openenv:http://127.0.0.1:8000 or openenv:module:Class; turns on the multi-turn environment loop (rollout.multi_turn's other settings apply; not with rollout.multi_turn.environment)")
     environment_config: Dict[str, Any] = _field(doc="settings of rollout.environment's kind (openenv: action_field, observation_field, reset_columns, reset_observation, base_url, connect_timeout_s, message_timeout_s)", factory=dict)
 

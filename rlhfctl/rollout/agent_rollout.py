@@ -14,6 +14,16 @@ messages first), ``tool_rewards``, ``num_turns``, ``reward_extra`` (the loop's d
 the per-sample metric columns ``agent/tool_calls``, ``agent/tool_errors``, ``agent/tool_latency_s``,
 ``agent/truncated`` and ``agent/tool_metrics`` (a dict per sample: ``<tool>/<key>``, a tool's own
 metrics averaged over its calls).
+
+A trajectory's prompt is normally its sample's; a loop may give it a prompt of its own (the endpoint loop: the
+program's first request). Such a prompt is laid out in the batch's prompt columns, left-padded, its overflow past
+their width carried at the start of the response (mask 0); its ``messages`` (and every endpoint trajectory's) are
+then the whole conversation, with no dataset messages before them.
+
+With ``rollout.agent_server.program`` the loop is :class:`~rlhfctl.agents.endpoint.EndpointAgentLoop`: each sample
+is one run of an agent program against an OpenAI-compatible endpoint on this rank (``rlhfctl/agents/endpoint/``).
+A loop that needs the whole call at once defines ``run_batch(samples, batch_generate, prompt_width)``, which the
+rollout calls instead of running ``run`` per sample.
 """
 
 from __future__ import annotations
@@ -30,6 +40,9 @@ import torch
 from torch import nn
 
 from rlhfctl.agents.chat_turns import ChatTurns
+from rlhfctl.agents.endpoint.loop import EndpointAgentLoop
+from rlhfctl.agents.endpoint.program import load_program
+from rlhfctl.agents.endpoint.settings import endpoint_settings
 from rlhfctl.agents.llm import BatchGenerate, Generation, GenerationRequest, RoundBatchedLLM
 from rlhfctl.agents.loop import AgentContext, AgentSample
 from rlhfctl.agents.tool_registry import agent_loop_class, build_tools, environment_spec
@@ -130,7 +143,12 @@ class AgentRollout:
         self.settings = multi_turn_settings(rollout)
         self.max_new_tokens = int(rollout["max_new_tokens"])
         self.tokenizer, self.eos_ids, self.pad_id = tokenizer, list(eos_ids), int(pad_id)
-        self.chat = ChatTurns(tokenizer, eos_ids)
+        self.endpoint = endpoint_settings(rollout.get("agent_server"), self.settings, self.max_new_tokens)
+        """``rollout.agent_server`` when it names a program (None: the tool or environment loop)."""
+        self.program = load_program(self.endpoint.program) if self.endpoint is not None else None
+        # an endpoint program may use /v1/completions only, with a tokenizer that has no chat template
+        no_template = self.endpoint is not None and not getattr(tokenizer, "chat_template", None)
+        self.chat = None if no_template else ChatTurns(tokenizer, eos_ids)
         self.tools = build_tools(self.settings)
         self.environment = environment_spec(self.settings)
         self.loop_class = agent_loop_class(self.settings)
@@ -152,13 +170,24 @@ class AgentRollout:
             max_new_tokens=min(self.max_new_tokens, int(params.max_new_tokens)), tools=self.tools,
             environment=self.environment,
         )
-        loop = self.loop_class(context)
-        llm = RoundBatchedLLM(self._traced(batch_generate), live=len(samples))
-        trajectories = run_coroutine(_run_all(loop, samples, llm))
-        self.last_rounds, self.last_generate_s = list(llm.rounds), llm.seconds
+        loop = self._loop(context, min(self.max_new_tokens, int(params.max_new_tokens)))
+        if hasattr(loop, "run_batch"):  # the whole call at once (the endpoint loop: one server for every sample)
+            width = int(prompts.batch["input_ids"].shape[1])
+            trajectories = run_coroutine(loop.run_batch(samples, self._traced(batch_generate), width))
+            self.last_rounds, self.last_generate_s = list(loop.rounds), loop.generate_s
+        else:
+            llm = RoundBatchedLLM(self._traced(batch_generate), live=len(samples))
+            trajectories = run_coroutine(_run_all(loop, samples, llm))
+            self.last_rounds, self.last_generate_s = list(llm.rounds), llm.seconds
         for trajectory in trajectories:
             self.spans.extend(trajectory.spans)
-        return self._batch(prompts, params, trajectories)
+        return self._batch(prompts, params, samples, trajectories)
+
+    def _loop(self, context: AgentContext, max_new_tokens: int) -> Any:
+        """The call's loop: the endpoint loop with ``rollout.agent_server.program``, else the configured loop class."""
+        if self.endpoint is None:
+            return self.loop_class(context)
+        return EndpointAgentLoop(context, replace(self.endpoint, max_new_tokens=max_new_tokens), self.program)
 
     def _traced(self, batch_generate: BatchGenerate) -> Callable[[list[GenerationRequest]], list[Generation]]:
         def generate(requests: list[GenerationRequest]) -> list[Generation]:
@@ -182,27 +211,55 @@ class AgentRollout:
             samples += [AgentSample(prompt_ids, row_columns, f"{base}-{index}") for index in range(n)]
         return samples
 
-    def _batch(self, prompts: DataProto, params: SamplingParams, trajectories: list[Trajectory]) -> DataProto:
+    def _batch(self, prompts: DataProto, params: SamplingParams, samples: list[AgentSample], trajectories: list[Trajectory]) -> DataProto:
         width = int(self.settings["max_response_tokens"])
         rows = len(trajectories)
+        per_sample, overflow = self._prompt_rows(prompts, params.n, samples, trajectories)
         responses = torch.full((rows, width), self.pad_id, dtype=prompts.batch["input_ids"].dtype)
         loss_mask = torch.zeros((rows, width), dtype=prompts.batch["attention_mask"].dtype)
         real = torch.zeros_like(loss_mask)
         log_probs = torch.zeros((rows, width), dtype=torch.float32)
         for row, trajectory in enumerate(trajectories):
-            length = min(len(trajectory.response_ids), width)
-            responses[row, :length] = torch.tensor(trajectory.response_ids[:length], dtype=responses.dtype)
-            loss_mask[row, :length] = torch.tensor(trajectory.response_mask[:length], dtype=loss_mask.dtype)
+            head = overflow[row]  # a loop's own prompt past the prompt columns: context, mask 0
+            ids = (head + trajectory.response_ids)[:width]
+            mask = ([0] * len(head) + trajectory.response_mask)[:width]
+            scores = ([0.0] * len(head) + trajectory.rollout_log_probs)[:width]
+            length = len(ids)
+            responses[row, :length] = torch.tensor(ids, dtype=responses.dtype)
+            loss_mask[row, :length] = torch.tensor(mask, dtype=loss_mask.dtype)
             real[row, :length] = 1
-            log_probs[row, :length] = torch.tensor(trajectory.rollout_log_probs[:length], dtype=torch.float32)
+            log_probs[row, :length] = torch.tensor(scores, dtype=torch.float32)
         batch = rollout_batch(
-            prompts, responses, loss_mask, self.tokenizer, replace(params, max_new_tokens=width),
+            per_sample, responses, loss_mask, self.tokenizer, replace(params, n=1, max_new_tokens=width),
             {"rollout_log_probs": log_probs}, response_attention_mask=real,
         )
-        batch.non_tensor_batch.update(self._columns(batch, trajectories))
+        batch.non_tensor_batch.update(self._columns(batch, samples, trajectories))
         return batch
 
-    def _columns(self, batch: DataProto, trajectories: list[Trajectory]) -> dict[str, np.ndarray]:
+    def _prompt_rows(self, prompts: DataProto, n: int, samples: list[AgentSample],
+                     trajectories: list[Trajectory]) -> tuple[DataProto, list[list[int]]]:
+        """The prompt rows, one per trajectory (``n`` per prompt, consecutive): the sample's own, or the trajectory's
+        own prompt left-padded to the same width, whose overflow (returned per row) starts the response."""
+        rows = prompts.repeat(n, interleave=True) if n > 1 else prompts
+        ids, mask = rows.batch["input_ids"].clone(), rows.batch["attention_mask"].clone()
+        width = int(ids.shape[1])
+        overflow: list[list[int]] = []
+        for row, (sample, trajectory) in enumerate(zip(samples, trajectories)):
+            own = list(trajectory.prompt_ids)
+            if own == list(sample.prompt_ids):
+                overflow.append([])
+                continue
+            head, tail = own[:width], own[width:]
+            ids[row], mask[row] = self.pad_id, 0
+            if head:
+                ids[row, width - len(head):] = torch.tensor(head, dtype=ids.dtype)
+                mask[row, width - len(head):] = 1
+            overflow.append(tail)
+        tensors = {**dict(rows.batch), "input_ids": ids, "attention_mask": mask}
+        tensors.pop("position_ids", None)  # recomputed over prompt + response
+        return DataProto(batch=tensors, non_tensor_batch=dict(rows.non_tensor_batch), meta_info=dict(rows.meta_info)), overflow
+
+    def _columns(self, batch: DataProto, samples: list[AgentSample], trajectories: list[Trajectory]) -> dict[str, np.ndarray]:
         def objects(values: list[Any]) -> np.ndarray:
             array = np.empty(len(values), dtype=object)
             array[:] = values
@@ -211,7 +268,10 @@ class AgentRollout:
         prompt_messages = batch.non_tensor_batch.get("prompt_messages")
         prompt_texts = batch.non_tensor_batch.get("prompt_text")
         conversations = []
-        for row, trajectory in enumerate(trajectories):
+        for row, (sample, trajectory) in enumerate(zip(samples, trajectories)):
+            if self.endpoint is not None or list(trajectory.prompt_ids) != list(sample.prompt_ids):
+                conversations.append(list(trajectory.messages))  # its own prompt: messages are the whole conversation
+                continue
             head = list(prompt_messages[row]) if prompt_messages is not None and prompt_messages[row] is not None else (
                 [{"role": "user", "content": str(prompt_texts[row])}] if prompt_texts is not None else [])
             conversations.append(head + list(trajectory.messages))
