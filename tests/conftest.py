@@ -13,6 +13,10 @@ os.environ.setdefault("RLHFCTL_CHECK_INPUTS", "1")
 # Ranks report progress from a call's first step (the run default waits a quarter second), so that the
 # tests' short calls show their reports; set before Ray starts, like the line above.
 os.environ.setdefault("RLHFCTL_PROGRESS_QUIET_S", "0")
+# The tests read plain output as CI does: 120 columns off a terminal. pytest-xdist's workers inherit COLUMNS=80 and
+# LINES=24 from execnet, which would make rich wrap the tables some tests read.
+for _variable in ("COLUMNS", "LINES"):
+    os.environ.pop(_variable, None)
 
 
 @pytest.fixture(scope="session")

@@ -332,15 +332,18 @@ def test_hanging_and_blocking_programs_fail_within_the_timeout(tok, model, monke
         choice = {0: programs.hangs, 1: programs.blocks, 2: programs.rewarded}[sample["index"]]
         return await choice(base_url=base_url, api_key=api_key, model=model, sample=sample)
 
+    # the blocked program sleeps 8 s: wide margins, so a loaded machine (CI, parallel tests) cannot blur the order
     trajectories, loop, seconds = roll(tok, hf_engine(model, tok), program, count=3, trajectory_timeout_s=1.0,
-                                       columns={"block_s": 2.5})
-    assert seconds < 2.0  # the step did not wait for either
+                                       columns={"block_s": 8.0})
+    assert seconds < 6.0  # the step did not wait for either
     for hung in trajectories[:2]:
         assert hung.response_ids == [] and hung.tool_metrics["endpoint/timeouts"] == [1.0]
         assert "did not finish within 1 s (rollout.agent_server.trajectory_timeout_s)" in hung.reward_extra["endpoint_error"]
     assert trajectories[2].reward_extra["endpoint_error"] is None and sum(trajectories[2].response_mask) > 0
     assert abandoned_threads() == 1  # the blocked one still sleeps in its daemon thread
-    time.sleep(2.0)
+    deadline = time.monotonic() + 30.0
+    while abandoned_threads() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert abandoned_threads() == 0
 
 
@@ -348,10 +351,10 @@ def test_a_request_waiting_past_its_timeout_gets_504(tok, model):
     async def program(*, base_url, api_key, model, sample):
         return await programs.waits_then_asks(base_url=base_url, api_key=api_key, model=model, sample=sample)
 
-    changes = {"request_timeout_s": 0.3, "batch_wait_s": 5.0}
+    changes = {"request_timeout_s": 0.5, "batch_wait_s": 20.0}
     context = AgentContext(tokenizer=tok, chat=ChatTurns(tok, [1]), eos_ids=[1], settings=MULTI_TURN, max_new_tokens=8)
     loop = EndpointAgentLoop(context, replace(SETTINGS, **changes), program)
-    late = [AgentSample([5], {"index": 0, "delay_s": 0.0}, "a"), AgentSample([5], {"index": 1, "delay_s": 1.0}, "b")]
+    late = [AgentSample([5], {"index": 0, "delay_s": 0.0}, "a"), AgentSample([5], {"index": 1, "delay_s": 4.0}, "b")]
     trajectories = asyncio.run(loop.run_batch(late, hf_engine(model, tok), 8))
     statuses = {entry["sample"]["index"]: entry["statuses"][0] for entry in programs.SEEN}
     assert statuses == {0: 504, 1: 200}  # the first waited for the second past its request timeout

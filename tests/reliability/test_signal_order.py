@@ -27,6 +27,7 @@ from rlhfctl.cli.errors import exit_code_for
 from rlhfctl.recipe.resolved import resolve_mapping
 from rlhfctl.run_signals import RunSignalled, safe_point_pending, stop_on_signals
 from rlhfctl.single_controller.errors import WorkerDiedError
+from rlhfctl.trace import TraceRecorder
 from tests.reliability.test_faults import REPO, sigint_not_ignored
 from tests.reliability.test_signals import ray_tmpdir  # noqa: F401 - the fixture
 
@@ -80,6 +81,7 @@ class Trainer:
         self._fit, self._on_save, self._on_shutdown = fit, on_save, on_shutdown
         self.saved: list[int] = []
         self.shut_down = False
+        self.trace = TraceRecorder()  # a restart hands it to the next attempt, as TrainerBase's
 
     def setup(self) -> None:
         pass
