@@ -35,7 +35,8 @@ def render_essentials(console: Console, recipe: Recipe, path: Path, report: Vali
         f"{pool.name}: {pool.world_size} rank(s){' GPU' if pool.use_gpu else ''} [{', '.join(pool.roles)}]"
         for pool in report.pools.values() if pool.roles
     )
-    data = f"files {list(recipe.data.train_files)}" if recipe.data.train_files else f"task {recipe.data.task}"
+    tasks = [f"{entry['name']} x{entry.get('weight', 1)}" for entry in recipe.data.tasks or []]  # data.tasks: a mixture
+    data = f"files {list(recipe.data.train_files)}" if recipe.data.train_files else f"task {recipe.data.task or ' + '.join(tasks)}"
     rows = stage_rows(recipe, path, pools, data) if recipe.stage is not None else [
         ("recipe", str(path)),
         ("model", _model(actor.model) + lora),

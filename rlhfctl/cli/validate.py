@@ -31,10 +31,11 @@ if TYPE_CHECKING:  # only for annotations: the recipe package is imported when a
     from rlhfctl.recipe.arithmetic import EpochRow
     from rlhfctl.recipe.example_prompt import ExamplePrompt
     from rlhfctl.recipe.memory_plan import MemoryPlan
+    from rlhfctl.recipe.task_listing import TaskListing
     from rlhfctl.recipe.validate import ValidationReport
 
 __all__ = ["render_batch", "render_data", "render_example", "render_issues", "render_pools", "render_report",
-           "validate"]
+           "render_tasks", "validate"]
 
 def validate(
     recipe: str = RecipeArg(),
@@ -372,6 +373,22 @@ def render_data(console: Console, summaries: list[DataFileSummary]) -> None:
     console.print(table)
 
 
+def render_tasks(console: Console, tasks: list[TaskListing]) -> None:
+    """The tasks the prompts are generated from: name, data_source, weight, prompts per split, an example prompt."""
+    if not tasks:
+        return
+    table = Table(title="Tasks (prompts generated at run time; the validation split from another seed than training)",
+                  title_justify="left")
+    for column in ("key", "task", "data_source", "weight", "train", "val", "example prompt"):
+        table.add_column(column, justify="right" if column in ("weight", "train", "val") else "left",
+                         no_wrap=column in ("key", "weight", "train", "val"), overflow="fold")
+    for task in tasks:
+        table.add_row(_cell(task.key), _cell(task.name), _cell(task.data_source),
+                      _cell(None if task.weight is None else f"{task.weight:g}"), _cell(task.train), _cell(task.val),
+                      _cell(task.example))
+    console.print(table)
+
+
 _SHOWN_LINES = 24
 _SHOWN_CHARACTERS = 2000
 
@@ -413,6 +430,7 @@ def render_report(console: Console, report: ValidationReport, errors_console: Co
     render_batch(console, report)
     render_memory(console, report.memory)
     render_data(console, report.data)
+    render_tasks(console, report.tasks)
     render_example(console, report.example)
     for note in report.notes:
         print_line(console, f"note: {note}")

@@ -207,7 +207,7 @@ def check_data(recipe: Recipe) -> list[Issue]:
         issues.append(warning("data.task", f"data.task: {data.task!r} is ignored because data.train_files is set"))
     if not data.train_files and data.task:
         issues.extend(_check_task(recipe))
-    if recipe.trainer.val_every and not data.val_files and not data.task:
+    if recipe.trainer.val_every and not data.val_files and not data.task and not data.tasks:
         issues.append(warning("trainer.val_every", "trainer.val_every: validation is on but there is no validation data (data.val_files)"))
     return issues
 

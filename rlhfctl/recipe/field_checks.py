@@ -12,7 +12,7 @@ from rlhfctl.data.choices import OVERLONG_POLICIES
 from rlhfctl.recipe.errors import RecipeError, did_you_mean
 from rlhfctl.recipe.typespec import ROOT, TypeSpec, format_path, locate, struct_fields
 
-__all__ = ["check_fields", "check_layer", "choices_for", "is_placeholder", "show_value"]
+__all__ = ["check_fields", "check_layer", "choice_pattern", "choice_problem", "choices_for", "is_placeholder", "show_value"]
 
 _BOUNDS = (
     ("min", lambda v, b: v >= b, ">="),
@@ -49,13 +49,9 @@ def _check_leaf(value: Any, metadata: Mapping[str, Any], parts: list[str | int],
         return
     path = format_path(parts)
     if "choices" in metadata and isinstance(value, str):
-        allowed = choices_for(metadata["choices"])
-        if value not in allowed:
-            problems.append(RecipeError(
-                f"{path}: {value!r} is not one of: {', '.join(allowed)}{did_you_mean(value, allowed)}",
-                key_path=path,
-                kind="bad_choice",
-            ))
+        problem = choice_problem(metadata["choices"], value)
+        if problem is not None:
+            problems.append(RecipeError(f"{path}: {problem}", key_path=path, kind="bad_choice"))
     if metadata.get("kind") == "target_modules":
         _check_target_modules(value, path, problems)
     if isinstance(value, (list, tuple)):
@@ -127,7 +123,7 @@ def _required_values(recipe: Mapping[str, Any]) -> list[RecipeError]:
             "roles.reward.function",
             "set roles.reward.function (module:function), roles.reward.model, or data.task (its bundled reward)",
         ))
-    if not data.get("train_files") and not data.get("task"):
+    if not data.get("train_files") and not data.get("task") and not data.get("tasks"):
         problems.append(_missing("data.train_files", "set data.train_files (a list of prompt files) or data.task (a bundled task)"))
     for key in ("train_files", "val_files"):
         for index, name in enumerate(data.get(key) or []):
@@ -229,6 +225,19 @@ def _tasks() -> tuple[str, ...]:
     return tuple(task_names())
 
 
+def _task_name_problem(name: str) -> str | None:
+    # the task registry's rule: bundled names, and reasoning_gym:<dataset> names checked against reasoning-gym
+    from rlhfctl.tasks import task_name_problem
+
+    return task_name_problem(name)
+
+
+def _task_name_pattern() -> str:
+    from rlhfctl.tasks.reasoning_gym import NAME_PATTERN
+
+    return NAME_PATTERN
+
+
 def _overlong() -> tuple[str, ...]:
     return tuple(OVERLONG_POLICIES)
 
@@ -242,8 +251,28 @@ _PROVIDERS: dict[str, Callable[[], tuple[str, ...]]] = {
 }
 
 
+#: Providers whose listed choices are not all: a name outside the list is checked by its own rule (the problem, or
+#: None) and, in the JSON Schema, matched by a pattern.
+_OPEN_CHOICES: dict[str, tuple[Callable[[str], str | None], Callable[[], str]]] = {
+    "tasks": (_task_name_problem, _task_name_pattern),
+}
+
+
 def choices_for(spec: tuple[str, ...] | str) -> tuple[str, ...]:
     """The allowed values for a field's ``choices`` metadata (a tuple, or a provider name)."""
     if isinstance(spec, str):
         return _PROVIDERS[spec]()
     return tuple(spec)
+
+
+def choice_problem(spec: tuple[str, ...] | str, value: str) -> str | None:
+    """Why ``value`` is not an allowed choice (listing the choices, and the closest one), or None."""
+    if isinstance(spec, str) and spec in _OPEN_CHOICES:
+        return _OPEN_CHOICES[spec][0](value)
+    allowed = choices_for(spec)
+    return None if value in allowed else f"{value!r} is not one of: {', '.join(allowed)}{did_you_mean(value, allowed)}"
+
+
+def choice_pattern(spec: tuple[str, ...] | str) -> str | None:
+    """The pattern of the values a provider accepts beyond its list (``reasoning_gym:<dataset>`` tasks), or None."""
+    return _OPEN_CHOICES[spec][1]() if isinstance(spec, str) and spec in _OPEN_CHOICES else None

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlhfctl.recipe.field_checks import choices_for
+from rlhfctl.recipe.field_checks import choice_pattern, choices_for
 from rlhfctl.recipe.schema import RecipeSchema
 from rlhfctl.recipe.typespec import TypeSpec, struct_fields
 
@@ -129,7 +129,9 @@ def _node(spec: TypeSpec, metadata: Mapping[str, Any] | None = None, where: str 
             raise TypeError(f"{where}: choices on a {spec.kind} field have no JSON Schema translation")
         allowed: list[Any] = list(choices_for(metadata["choices"]))
         enum = allowed + [None] if spec.nullable else allowed
-        return {"anyOf": [{"enum": enum}, _placeholder()]}
+        pattern = choice_pattern(metadata["choices"])  # names beyond the list (reasoning_gym:<dataset> tasks)
+        named = [{"type": "string", "pattern": pattern}] if pattern else []
+        return {"anyOf": [{"enum": enum}, *named, _placeholder()]}
     types = [node["type"]]
     if spec.nullable:
         types.append("null")

@@ -17,6 +17,7 @@ from rlhfctl.recipe.check_placement import check_placement, check_staleness_corr
 from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_sandbox import check_sandbox
 from rlhfctl.recipe.check_stage_data import check_stage_data
+from rlhfctl.recipe.check_tasks import check_tasks
 from rlhfctl.recipe.check_tensor_parallel import check_tensor_parallel
 from rlhfctl.recipe.check_runtime import (
     check_data,
@@ -39,6 +40,7 @@ from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.check_reward_names import reward_notes
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import stage_roles
+from rlhfctl.recipe.task_listing import TaskListing, task_listing
 
 if TYPE_CHECKING:
     from rlhfctl.data.summary import DataFileSummary
@@ -62,6 +64,8 @@ class ValidationReport:
     """Facts worth a line that are neither errors nor warnings (the math reward's answer checker)."""
     recipe: Recipe | None = None
     """The resolved recipe the checks read (None when the fields themselves were wrong): what a run then uses."""
+    tasks: list[TaskListing] = field(default_factory=list)
+    """The tasks the prompts are generated from (data.task or data.tasks): split sizes and an example prompt each."""
 
     @property
     def errors(self) -> list[Issue]:
@@ -87,7 +91,7 @@ class ValidationReport:
             raise RecipeError(first.message + suffix, key_path=first.key_path)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example, data, notes."""
+        """A JSON-friendly view: ok, errors, warnings, batch, pools, memory, example, data, notes, tasks."""
         return {
             "ok": self.ok,
             "errors": [asdict(issue) for issue in self.errors],
@@ -98,6 +102,7 @@ class ValidationReport:
             "example": None if self.example is None else self.example.to_dict(),
             "data": [summary.to_dict() for summary in self.data],
             "notes": list(self.notes),
+            "tasks": [task.to_dict() for task in self.tasks],
         }
 
 
@@ -115,7 +120,7 @@ Check = Callable[[Recipe], list[Issue]]
 """A check: what is wrong with a resolved recipe, each issue naming its key path (it derives no fact of its own)."""
 
 #: The checks of every recipe, before its algorithm's own.
-RUN_CHECKS: tuple[Check, ...] = (check_loggers, check_restarts)
+RUN_CHECKS: tuple[Check, ...] = (check_loggers, check_restarts, check_tasks)
 
 #: The checks of a PPO-family recipe, in the order validate runs and reports them, grouped by concern.
 PPO_CHECKS: tuple[Check, ...] = (
@@ -140,6 +145,7 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
         return report  # later checks assume well-formed fields
     recipe = report.recipe = resolve(cfg)  # once: every check below reads it, and so does the run that follows
     report.issues += _run(RUN_CHECKS, recipe)
+    report.tasks = task_listing(recipe)
     if recipe.stage is not None:
         return _validate_stage(recipe, report, device_memory)
     report.pools = dict(recipe.pools)

@@ -1,35 +1,34 @@
-"""Bundled tasks, generated at run time, that recipes name with ``data.task`` instead of files."""
+"""Tasks, generated at run time, that recipes name with ``data.task`` (or mix with ``data.tasks``) instead of files.
+
+A task name is a bundled task (``digits``, ``arithmetic``, ...) or a reasoning-gym dataset,
+``reasoning_gym:<dataset>[?key=value&...]`` (:mod:`rlhfctl.tasks.reasoning_gym`, resolved on first use, so
+reasoning-gym is imported only by recipes that name it). :func:`task_name_problem` is the one rule of what
+names a task: the recipe's choice check of ``data.task``, the ``data.tasks`` check and :func:`get_task` read it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import difflib
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlhfctl.errors import UserError
-from rlhfctl.tasks import arithmetic, digits, preferences
+from rlhfctl.tasks import arithmetic, digits, mixture, preferences, reasoning_gym
 from rlhfctl.tasks.reward_fn import RewardFn, check_reward_inputs
+from rlhfctl.tasks.task import Task, UnknownTaskError
 
-__all__ = ["RewardFn", "Task", "UnknownTaskError", "check_reward_inputs", "get_task", "task_names"]
-
-
-@dataclass(frozen=True)
-class Task:
-    """A prompt generator paired with the reward that scores its responses."""
-
-    name: str
-    make_prompts: Callable[[int, int], list[dict[str, Any]]]
-    """``make_prompts(num, seed)`` -> records with a ``prompt`` key plus reward columns."""
-    score: RewardFn
-    description: str = ""
-    make_demonstrations: Callable[[int, int], list[dict[str, Any]]] | None = None
-    """``make_demonstrations(num, seed)`` -> ``{"prompt", "response"}`` records for sft (None: not offered)."""
-    make_preferences: Callable[[int, int], list[dict[str, Any]]] | None = None
-    """``make_preferences(num, seed)`` -> ``{"prompt", "chosen", "rejected"}`` records for reward_model / dpo."""
-
-
-class UnknownTaskError(UserError, ValueError):
-    """``data.task`` names no bundled task."""
+__all__ = [
+    "RewardFn",
+    "Task",
+    "UnknownTaskError",
+    "check_reward_inputs",
+    "data_task",
+    "get_task",
+    "mixture_problems",
+    "mixture_task",
+    "task_name_problem",
+    "task_names",
+]
 
 
 _TASKS: dict[str, Task] = {
@@ -47,15 +46,114 @@ _TASKS: dict[str, Task] = {
     )
 }
 
+_REASONING_GYM_FORM = f"{reasoning_gym.PREFIX}<dataset>[?key=value&...]"
+
 
 def task_names() -> list[str]:
-    """Names accepted by :func:`get_task`, for help texts and error messages."""
+    """The bundled task names (a reasoning-gym task is any ``reasoning_gym:<dataset>``), for help texts and errors."""
     return sorted(_TASKS)
 
 
+def task_name_problem(name: str) -> str | None:
+    """Why ``name`` names no task, or None: the one rule of ``data.task`` and ``data.tasks[].name`` (a bundled
+    name, or a reasoning-gym dataset that exists, with config keys it has; the package installed)."""
+    if reasoning_gym.is_reasoning_gym_name(name):
+        return reasoning_gym.name_problem(name)
+    if name in _TASKS:
+        return None
+    close = difflib.get_close_matches(str(name), task_names(), n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{name!r} is not one of: {', '.join(task_names())}, or {_REASONING_GYM_FORM}{hint}"
+
+
 def get_task(name: str) -> Task:
-    """Look up a bundled task by name (e.g. ``"digits"``)."""
+    """Look up a task by name: a bundled one (``"digits"``) or ``reasoning_gym:<dataset>[?key=value&...]``."""
+    if reasoning_gym.is_reasoning_gym_name(name):
+        return _reasoning_gym_task(name)
     try:
         return _TASKS[name]
     except KeyError:
-        raise UnknownTaskError(f"unknown task {name!r}; bundled tasks are: {', '.join(task_names())}") from None
+        raise UnknownTaskError(
+            f"unknown task {name!r}; bundled tasks are: {', '.join(task_names())}; "
+            f"or {_REASONING_GYM_FORM} ({reasoning_gym.INSTALL_HINT})"
+        ) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _reasoning_gym_task(name: str) -> Task:
+    problem = reasoning_gym.name_problem(name)
+    if problem is not None:
+        raise UnknownTaskError(problem)
+    spec = reasoning_gym.parse_name(name)
+    return Task(
+        name,
+        functools.partial(reasoning_gym.make_prompts, spec),
+        reasoning_gym.score,
+        f"reasoning-gym {spec.dataset}: reward = its score_answer of the <answer> the response gives",
+        functools.partial(reasoning_gym.make_demonstrations, spec),
+    )
+
+
+# ---------------------------------------------------------------------------------- data.tasks: a mixture
+def _members(entries: Sequence[Any]) -> list[tuple[str, float]]:
+    return [(str(entry["name"]), float(entry.get("weight", 1.0))) for entry in entries]
+
+
+def mixture_problems(entries: Sequence[Any]) -> list[tuple[str, str]]:
+    """``(key suffix, problem)`` per unusable ``data.tasks`` entry (``"[1].name"``, ...): each is a mapping
+    ``{name, weight}`` naming a reasoning-gym task (their one reward scores every entry), weight > 0 (default 1)."""
+    if not entries:
+        return [("", "a mixture needs at least one task, e.g. [{name: reasoning_gym:leg_counting, weight: 1}]")]
+    problems = []
+    for index, entry in enumerate(entries):
+        where = f"[{index}]"
+        if not isinstance(entry, Mapping):
+            problems.append((where, f"expected a mapping {{name: ..., weight: ...}}, got {entry!r}"))
+            continue
+        unknown = [key for key in entry if key not in ("name", "weight")]
+        if unknown:
+            problems.append((f"{where}.{unknown[0]}", f"unknown key {unknown[0]!r}; an entry has name and weight"))
+        name, weight = entry.get("name"), entry.get("weight", 1.0)
+        if not isinstance(name, str) or not name:
+            problems.append((f"{where}.name", f"a task name is required, e.g. {reasoning_gym.PREFIX}leg_counting"))
+        elif not reasoning_gym.is_reasoning_gym_name(name):
+            problems.append((f"{where}.name", (
+                f"{name!r} is not a reasoning-gym task; a mixture takes {_REASONING_GYM_FORM} tasks, whose one reward "
+                "scores them all (a bundled task goes in data.task)"
+            )))
+        else:
+            problem = task_name_problem(name)
+            if problem is not None:
+                problems.append((f"{where}.name", problem))
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0 or weight == float("inf"):
+            problems.append((f"{where}.weight", f"must be a positive number, got {weight!r}"))
+    return problems
+
+
+def mixture_task(entries: Sequence[Any]) -> Task:
+    """The task of a ``data.tasks`` mixture: prompts (and demonstrations) drawn by weight, one reward for all."""
+    problems = mixture_problems(entries)
+    if problems:
+        where, problem = problems[0]
+        raise UnknownTaskError(f"data.tasks{where}: {problem}")
+    members = _members(entries)
+    tasks = [get_task(name) for name, _ in members]
+    weights = [weight for _, weight in members]
+
+    def make_prompts(num: int, seed: int) -> list[dict[str, Any]]:
+        return mixture.interleave([task.make_prompts for task in tasks], weights, num, seed)
+
+    def make_demonstrations(num: int, seed: int) -> list[dict[str, Any]]:
+        return mixture.interleave([task.make_demonstrations for task in tasks], weights, num, seed)  # type: ignore[misc]
+
+    name = " + ".join(f"{task_name} (weight {weight:g})" for task_name, weight in members)
+    return Task(name, make_prompts, reasoning_gym.score, "a weighted mixture of reasoning-gym tasks", make_demonstrations)
+
+
+def data_task(data: Any) -> Task | None:
+    """The task a ``data`` section generates prompts from: ``data.tasks``' mixture, else ``data.task``, else None."""
+    if data.get("tasks"):
+        return mixture_task(list(data.get("tasks")))
+    if data.get("task"):
+        return get_task(str(data.get("task")))
+    return None

@@ -33,7 +33,9 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
     shaping, and ``acc/mean`` its named ``acc`` where it returns one (also logged as ``reward/acc/mean``).
     """
     mask = batch.batch["response_mask"].float()  # the loss mask: the policy's own tokens
-    metrics = _stats("reward", batch.batch["token_level_scores"].sum(-1))
+    rewards = batch.batch["token_level_scores"].sum(-1)
+    metrics = _stats("reward", rewards)
+    metrics.update(source_reward_metrics(rewards, batch.non_tensor_batch))
     metrics.update(task_score_metrics(batch.non_tensor_batch))
     # A response's length is its real tokens, the attention mask over it: with tool outputs (mask 0) the loss
     # mask has holes. For a single-turn rollout the two masks are equal.
@@ -59,6 +61,19 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
     metrics.update(agent_metrics(batch))
     return metrics
+
+
+def source_reward_metrics(rewards: torch.Tensor, columns: Any) -> dict[str, float]:
+    """``reward/<source>/mean`` per ``data_source`` value (a mixture of tasks, split by task), like validation's
+    ``val/<source>/reward/mean``; none without the column. A source named like one of the batch's named scores
+    is left out: ``reward/<name>/mean`` is that score's."""
+    if "data_source" not in columns:
+        return {}
+    values = rewards.double().numpy()
+    sources = np.array([str(source) for source in columns["data_source"]], dtype=object)
+    named = set(named_score_names(columns))
+    return {f"reward/{source}/mean": float(values[sources == source].mean())
+            for source in sorted(set(sources.tolist())) if source and source not in named}
 
 
 def task_score_metrics(columns: Any) -> dict[str, float]:

@@ -16,7 +16,19 @@ from rlhfctl.recipe.specs import Recipe
 from rlhfctl.agents.tool_registry import chat_tools
 from rlhfctl.data import PromptBatcher, PromptDataset, collate_prompts, load_records
 from rlhfctl.protocol import DataProto
-from rlhfctl.tasks import get_task
+from rlhfctl.tasks import data_task
+
+
+VAL_SEED_OFFSET = 1_000_003
+"""A task's validation prompts are generated with ``trainer.seed`` plus this, its training prompts with ``trainer.seed``."""
+
+
+def task_split(recipe: Recipe, split: str) -> tuple[int, int]:
+    """(count, seed) of a task's ``split`` (train or val): ``data.num_train`` / ``data.num_val`` prompts, and a
+    seed of their own for validation, so its prompts are other draws than the training prompts."""
+    if split == "train":
+        return int(recipe.data.num_train), int(recipe.trainer.seed)
+    return int(recipe.data.num_val), int(recipe.trainer.seed) + VAL_SEED_OFFSET
 
 
 def _records(recipe: Recipe, split: str) -> tuple[list[dict[str, Any]], str] | None:
@@ -24,11 +36,10 @@ def _records(recipe: Recipe, split: str) -> tuple[list[dict[str, Any]], str] | N
     if files:
         files = [files] if isinstance(files, str) else list(files)
         return [record for path in files for record in load_records(path)], ", ".join(map(str, files))
-    if recipe.data.task:
-        count = recipe.data.num_train if split == "train" else recipe.data.num_val
-        # Different seeds keep validation prompts apart from training prompts.
-        seed = recipe.trainer.seed if split == "train" else recipe.trainer.seed + 1_000_003
-        return get_task(recipe.data.task).make_prompts(count, seed), f"task '{recipe.data.task}' ({split})"
+    task = data_task(recipe.data)  # data.tasks' mixture, or data.task
+    if task is not None:
+        count, seed = task_split(recipe, split)
+        return task.make_prompts(count, seed), f"task '{task.name}' ({split})"
     return None
 
 
