@@ -69,7 +69,15 @@ def assert_bit_equal(left: dict[str, torch.Tensor], right: dict[str, torch.Tenso
     assert unequal == []
 
 
-def test_a_background_save_returns_before_its_write_and_training_goes_on(tmp_path, gate):
+@pytest.fixture
+def no_process_group():
+    """No default process group in this process: a local-backend FSDP2 test that ran earlier in the same pytest
+    process (pytest-xdist orders files its own way) keeps the one FSDP2 needs at world size 1."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def test_a_background_save_returns_before_its_write_and_training_goes_on(tmp_path, gate, no_process_group):
     with local_group(ActorWorker, tiny_recipe(), "actor") as actor:
         worker = actor.workers[0]
         actor.update_actor(fixed_batch(0))
