@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -29,12 +28,3 @@ def ray_session():
     yield session
     session.shutdown()
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _no_process_group_across_files():
-    """A file leaves no default torch.distributed group behind (a local-backend FSDP2 run keeps the one it needs at
-    world size 1), so no file's tests depend on which file pytest-xdist ran before it in the same process."""
-    yield
-    distributed = sys.modules.get("torch.distributed")
-    if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        distributed.destroy_process_group()
