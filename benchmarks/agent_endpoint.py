@@ -51,7 +51,7 @@ from rlhfctl.agents.llm import RoundBatchedLLM  # noqa: E402
 from rlhfctl.agents.loop import AgentContext, AgentLoop, AgentSample  # noqa: E402
 from rlhfctl.agents.trajectory import Trajectory  # noqa: E402
 from rlhfctl.models.loading import load_causal_lm, load_tokenizer  # noqa: E402
-from rlhfctl.rollout.agent_rollout import hf_batch_generate  # noqa: E402
+from rlhfctl.rollout.agent_rollout import hf_batch_generate, run_round_batched  # noqa: E402
 from rlhfctl.rollout.generation import SamplingParams, eos_token_ids  # noqa: E402
 
 def model_config(hidden: int, layers: int) -> dict[str, Any]:
@@ -111,18 +111,8 @@ def direct(state: dict[str, Any], seed: int, max_new_tokens: int) -> dict[str, A
     loop, samples = DirectTwoTurns(state["context"]), state["samples"]
     llm = RoundBatchedLLM(engine(state, seed, max_new_tokens), live=len(samples))
 
-    async def all_of_them() -> list[Trajectory]:
-        async def one(order: int, sample: AgentSample) -> Trajectory:
-            handle = llm.bind(order)
-            try:
-                return await loop.run(sample, handle)
-            finally:
-                handle.leave()
-
-        return list(await asyncio.gather(*(one(order, sample) for order, sample in enumerate(samples))))
-
     start = time.perf_counter()
-    trajectories = asyncio.run(all_of_them())
+    trajectories = asyncio.run(run_round_batched(loop, samples, llm))
     return _result(time.perf_counter() - start, llm.seconds, llm.rounds, trajectories)
 
 

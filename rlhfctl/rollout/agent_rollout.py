@@ -51,7 +51,8 @@ from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.schema import MultiTurnConfig, defaults_of, nullable_keys
 from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, rollout_batch, sample_responses
 
-__all__ = ["AgentRollout", "agent_rollout_enabled", "agent_rollout_for", "hf_batch_generate", "multi_turn_settings", "run_coroutine"]
+__all__ = ["AgentRollout", "agent_rollout_enabled", "agent_rollout_for", "hf_batch_generate", "multi_turn_settings", "run_coroutine",
+           "run_round_batched"]
 
 METRIC_PREFIX = "agent/"
 """Per-sample metric columns; ``workers.reward.is_internal_column`` keeps them from reward functions."""
@@ -177,7 +178,7 @@ class AgentRollout:
             self.last_rounds, self.last_generate_s = list(loop.rounds), loop.generate_s
         else:
             llm = RoundBatchedLLM(self._traced(batch_generate), live=len(samples))
-            trajectories = run_coroutine(_run_all(loop, samples, llm))
+            trajectories = run_coroutine(run_round_batched(loop, samples, llm))
             self.last_rounds, self.last_generate_s = list(llm.rounds), llm.seconds
         for trajectory in trajectories:
             self.spans.extend(trajectory.spans)
@@ -292,7 +293,9 @@ class AgentRollout:
         return columns
 
 
-async def _run_all(loop: Any, samples: list[AgentSample], llm: RoundBatchedLLM) -> list[Trajectory]:
+async def run_round_batched(loop: Any, samples: list[AgentSample], llm: RoundBatchedLLM) -> list[Trajectory]:
+    """Every sample's trajectory at once, each on its own handle of the round-batched engine (the rollout and the
+    endpoint benchmark's direct side)."""
     async def one(order: int, sample: AgentSample) -> Trajectory:
         handle = llm.bind(order)
         try:
