@@ -196,18 +196,22 @@ class SeparateRollouts:
         except WorkerLost as error:
             if getattr(error, "role", None) != ROLLOUT_ROLE:
                 raise
-            self._restart_and_rewind(error, step + 1, self._in_flight[0].before if self._in_flight else None)
+            # Step ``step``'s batch is in; its update is not sent yet, so the actor holds the weights step ``step`` trains.
+            self._restart_and_rewind(error, step + 1, self._in_flight[0].before if self._in_flight else None,
+                                     self.schedule.updates_before(step))
             metrics = {}
         return {**metrics, **({"rollout/restarts": float(self.restarts)} if self.restarts else {})}
 
     def restart_group(self, error: WorkerLost, lost: StreamedRollout) -> StreamedRollout:
         """Restart the lost rollout group alone and send the ``lost`` batch again (its prompts, its draw number)."""
-        self._restart_and_rewind(error, lost.step, lost.before)
+        self._restart_and_rewind(error, lost.step, lost.before, self.schedule.updates_before(lost.step))
         return self._in_flight.popleft()
 
-    def _restart_and_rewind(self, error: WorkerLost, first_lost: int, rewind: tuple[dict[str, Any], int] | None) -> None:
-        """Fresh rollout processes with the actor's current weights; the prompt order and draws back to before the
-        first lost batch (``first_lost``), then the pipeline refilled. The actor, critic and reward are untouched."""
+    def _restart_and_rewind(self, error: WorkerLost, first_lost: int, rewind: tuple[dict[str, Any], int] | None,
+                            actor_version: int) -> None:
+        """Fresh rollout processes with the actor's current weights (``actor_version``: the updates it has been sent);
+        the prompt order and draws back to before the first lost batch (``first_lost``), then the pipeline refilled
+        as the staleness bound allows. The actor, critic and reward are untouched."""
         self.restarts += 1
         if self._restart is None or self.restarts > self.max_restarts:
             raise error
@@ -221,7 +225,7 @@ class SeparateRollouts:
             self.draws = rewind[1]
         self._in_flight.clear()
         self.next_unsent = first_lost
-        self.synced_version = self.schedule.updates_before(first_lost)  # the actor has taken the updates before it
+        self.synced_version = actor_version
         self.sync.open()
         self.sync.send(self.synced_version)
         self._fill()
