@@ -50,8 +50,12 @@ class ReferenceWorker(RoleWorker):
     @on_device
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Log-probs of ``responses`` under the reference policy: ``ref_log_prob`` (B, R)."""
+        return DataProto.from_dict({"ref_log_prob": self.frozen_log_probs(data, "compute_ref_log_prob")})
+
+    def frozen_log_probs(self, data: DataProto, method: str) -> Any:
+        """(B, R) log-probs of the sampled ``responses`` under this frozen model, at the rollout's temperature."""
         self._require_model()
-        self._require_keys(data, ("input_ids", "attention_mask", "responses"), "compute_ref_log_prob")
+        self._require_keys(data, ("input_ids", "attention_mask", "responses"), method)
         temperature = data.meta_info.get("temperature", self.rollout["temperature"])
         with scoring(self.model, self.engine):
             log_probs, _ = response_log_probs(
@@ -63,4 +67,4 @@ class ReferenceWorker(RoleWorker):
                 with_entropy=False,
                 padding_free=self.padding_free(self.model),
             )
-        return DataProto.from_dict({"ref_log_prob": log_probs})
+        return log_probs

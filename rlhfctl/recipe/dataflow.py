@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rlhfctl.recipe.check_tensor_parallel import engines_line
 from rlhfctl.recipe.off_policy import actor_update_note
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, TOKEN_SCORING_ROLES
 from rlhfctl.recipe.specs import Recipe, StepFacts
 
 __all__ = ["StepCall", "TensorSpec", "resolve_dims", "training_step"]
@@ -80,6 +80,9 @@ def _scoring(step: StepFacts) -> list[StepCall]:
                               _SEQUENCE, (_f("ref_log_prob"),), note=note))
     if step.has_critic:
         calls.append(StepCall("critic", "compute_values", "value estimates", "samples", _SEQUENCE, (_f("values"),)))
+    for role, (method, column) in TOKEN_SCORING_ROLES.items():
+        if role in step.roles:
+            calls.append(StepCall(role, method, f"{role} log-probs of the sampled tokens", "samples", _SEQUENCE, (_f(column),)))
     return calls
 
 
@@ -95,6 +98,12 @@ def _driver(recipe: Recipe) -> list[StepCall]:
     inputs = [_f("token_level_rewards"), _MASK] + ([_f("values")] if step.has_critic else [])
     calls.append(StepCall("driver", "compute_advantages", f"advantages ({estimator})", "samples", tuple(inputs),
                           (_f("advantages"), _f("returns"))))
+    if step.distillation:
+        distill = recipe.algorithm.distillation
+        calls.append(StepCall("driver", "distillation_advantages",
+                              f"advantages = {distill.mix:g} x task - {distill.coef:g} x (student - teacher log-prob)", "samples",
+                              (_f("advantages"), _f("old_log_probs"), _f("teacher_log_prob"), _MASK),
+                              (_f("advantages"), _f("reverse_kl"))))
     return calls
 
 

@@ -20,7 +20,7 @@ import torch
 from rlhfctl.engine.forward import SCORED_HEAD_FAMILIES
 from rlhfctl.recipe.check_tensor_parallel import shard_problems
 from rlhfctl.recipe.memory_state import PlannedModel, RoleMemory
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, samples_per_rank
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, TOKEN_SCORING_ROLES, samples_per_rank
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import STAGES, StageAlgorithm
 from rlhfctl.rollout.vllm_engine import engine_settings
@@ -555,6 +555,9 @@ def _ppo_calls(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int,
     if "reward" in roles:
         batch = recipe.roles["reward"].settings.batch_size or rows["reward"]  # null: the whole shard
         calls.append(("reward.compute_rewards", LOG_PROBS, _pass_terms(roles["reward"], min(batch, rows["reward"]), length, response)))
+    for role, (method, _) in TOKEN_SCORING_ROLES.items():  # a teacher's log-probs, before the reference's
+        if role in roles:
+            calls.append((f"{role}.{method}", LOG_PROBS, _pass_terms(roles[role], rows[role], length, response)))
     if "reference" in roles:
         calls.append(("reference.compute_ref_log_prob", LOG_PROBS, _pass_terms(roles["reference"], rows["reference"], length, response)))
     elif "actor" in roles and recipe.step.reference_source == "actor":

@@ -87,7 +87,7 @@ from rlhfctl.recipe.memory_calls import (
 )
 from rlhfctl.recipe.memory_misfits import TIGHT_SHARE, Misfit, refusals, tight_calls
 from rlhfctl.recipe.memory_state import PlannedModel, RankMemory, RoleMemory
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE, resolve_strategy
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, TOKEN_SCORING_ROLES, resolve_strategy
 from rlhfctl.recipe.resolved import DEFAULT_INLINE_MODEL
 from rlhfctl.recipe.schema import ModelConfig
 from rlhfctl.recipe.specs import Recipe
@@ -382,6 +382,8 @@ def _planned_models(recipe: Recipe) -> list[PlannedModel]:
         specs.append(PlannedModel(ROLLOUT_ROLE, "causal", False, roles["actor"].model))
     if "reference" in roles and (stage is None or stage.algorithm == "dpo"):
         specs.append(PlannedModel("reference", "causal", False, roles["reference"].model))
+    if stage is None:  # a teacher: frozen, scoring every sampled token
+        specs += [PlannedModel(role, "causal", False, roles[role].model) for role in TOKEN_SCORING_ROLES if role in roles]
     if "critic" in roles and stage is None:
         specs.append(PlannedModel("critic", "value", True, roles["critic"].model))
     reward_trained = stage is not None and stage.trained_role == "reward"

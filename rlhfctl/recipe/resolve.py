@@ -44,6 +44,8 @@ __all__ = [
     "rollout_on_own_pool",
     "rollout_pool",
     "samples_per_rank",
+    "TOKEN_SCORING_ROLES",
+    "distills",
     "uses_kl",
     "warmup_steps",
 ]
@@ -123,7 +125,13 @@ def needs_old_log_probs(cfg: Any) -> bool:
         return False
     actor = role_update(cfg, "actor")
     batch_size = int(cfg["trainer"]["batch_size"])
-    return bool(actor.ppo_epochs > 1 or actor.mini_batch_size < batch_size or cfg["algorithm"]["kl"]["use_in_reward"])
+    return bool(actor.ppo_epochs > 1 or actor.mini_batch_size < batch_size or cfg["algorithm"]["kl"]["use_in_reward"]
+                or distills(cfg))  # the distillation advantage reads the student's own log-probs on the driver
+
+
+def distills(cfg: Any) -> bool:
+    """Whether the step distills from ``roles.teacher``: the one home of that decision."""
+    return (cfg.get("roles") or {}).get("teacher") is not None
 
 
 STRATEGIES = ("fsdp2", "ddp")
@@ -183,6 +191,7 @@ def step_facts(cfg: Any) -> StepFacts:
         critic_warmup_steps=int(cfg["trainer"]["critic_warmup_steps"]),
         # Roles on separate pools update at once; colocated ones share a process and run in turn.
         parallel_updates=len(set(pools.values())) == len(updating) == 2,
+        distillation=distills(cfg),
         behaviour_loss="actor" in roles and _takes_behaviour(str(cfg["roles"]["actor"]["policy_loss"]),
                                                              list(cfg["algorithm"]["import_modules"] or [])),
     )
@@ -211,7 +220,16 @@ ROLE_METHODS: dict[str, tuple[str, ...]] = {
     "reference": ("compute_ref_log_prob",),
     "critic": ("init_model", "compute_values", "update_critic"),
     "reward": ("compute_rewards",),
+    "teacher": ("init_model", "compute_teacher_log_prob"),
     ROLLOUT_ROLE: ("init_model", "join_weight_sync", "receive_weights", "generate_sequences", "sync_probe"),  # placement: separate
+}
+
+
+#: Frozen roles that score every sampled token behind generation, for the driver: role -> (method, the column it
+#: returns). A role listed here is sent each rollout with the reference and joined before the advantages; adding one
+#: is this entry, a schema section and a worker class. (The reference is apart: its column may join on the actor.)
+TOKEN_SCORING_ROLES: dict[str, tuple[str, str]] = {
+    "teacher": ("compute_teacher_log_prob", "teacher_log_prob"),
 }
 
 

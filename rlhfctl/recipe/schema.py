@@ -226,6 +226,19 @@ class ReferenceRole(Section):
 
 
 @dataclass(eq=False)
+class TeacherRole(Section):
+    """A frozen model that scores every token the policy samples: on-policy distillation (algorithm.distillation)."""
+
+    worker: str = _field("workers.teacher.TeacherWorker", "importable worker class, module.Class or module:Class")
+    pool: str = _field("main", "resource pool the role runs on (its own pool, or colocated with the actor)")
+    strategy: Optional[str] = _field(None, _STRATEGY_DOC, choices=("fsdp2", "ddp"))
+    fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
+    model: ModelConfig = _field(doc="the teacher model (a path such as an SFT stage's output, or an inline config); it must share the policy's vocabulary", factory=ModelConfig)
+    micro_batch_size: Optional[int] = _field(None, "samples per forward pass on one rank (null: the whole shard)", min=1)
+    padding_free: Optional[bool] = _field(None, "run each micro-batch packed into one row with per-sequence positions, no pad token through the model (null: on where the model family supports it)")
+
+
+@dataclass(eq=False)
 class CriticRole(Section):
     """The value model (needed by gae)."""
 
@@ -275,12 +288,13 @@ class RewardRole(Section):
 
 @dataclass(eq=False)
 class RolesConfig(Section):
-    """The four roles; null means the role is absent. Roles on one pool are colocated."""
+    """The roles; null means the role is absent. Roles on one pool are colocated."""
 
     actor: Optional[ActorRole] = _field(doc="the policy (required)", factory=ActorRole)
     reference: Optional[ReferenceRole] = _field(doc="reference policy for KL (null: none, or the adapter-disabled actor with LoRA)", factory=ReferenceRole)
     critic: Optional[CriticRole] = _field(None, "value model (required by gae)")
-    reward: Optional[RewardRole] = _field(doc="reward scoring (required)", factory=RewardRole)
+    reward: Optional[RewardRole] = _field(doc="reward scoring (required, except for distillation alone: algorithm.distillation.mix 0)", factory=RewardRole)
+    teacher: Optional[TeacherRole] = _field(None, "a frozen teacher for on-policy distillation (algorithm.distillation)")
 
 
 @dataclass(eq=False)
@@ -402,6 +416,14 @@ class FilterGroupsConfig(Section):
 
 
 @dataclass(eq=False)
+class DistillationConfig(Section):
+    """On-policy distillation from roles.teacher: the per-token reverse KL to the teacher enters the advantage."""
+
+    coef: float = _field(1.0, "weight of -(log p_student - log p_teacher) in each token's advantage", min=0)
+    mix: float = _field(0.0, "weight of the task reward's advantage beside it (0: distillation alone, the reward only logged)", min=0)
+
+
+@dataclass(eq=False)
 class AlgorithmConfig(Section):
     """Advantage estimation and KL."""
 
@@ -415,6 +437,7 @@ class AlgorithmConfig(Section):
     filter_groups: FilterGroupsConfig = _field(doc="DAPO dynamic sampling", factory=FilterGroupsConfig)
     import_modules: List[str] = _field(doc="modules imported first (custom estimators, reward code)", factory=list)
     kl: KLConfig = _field(doc="KL penalty and loss", factory=KLConfig)
+    distillation: DistillationConfig = _field(doc="on-policy distillation, used when roles.teacher is set", factory=DistillationConfig)
     margin: float = _field(0.0, "reward_model: Bradley-Terry margin, loss -log sigmoid(r_chosen - r_rejected - margin)", min=0)
     beta: float = _field(0.1, "dpo: strength of the implicit KL to the reference", min_exclusive=0)
 
@@ -468,8 +491,8 @@ class RecipeSchema(Section):
     trainer: TrainerConfig = _field(doc="the training loop", factory=TrainerConfig)
 
 
-ROLE_NAMES: tuple[str, ...] = ("actor", "reference", "critic", "reward")
-"""The four roles, in pipeline order (the fields of :class:`RolesConfig`)."""
+ROLE_NAMES: tuple[str, ...] = ("actor", "reference", "critic", "reward", "teacher")
+"""The roles, in pipeline order (the fields of :class:`RolesConfig`)."""
 
 
 def defaults_of(section: type) -> dict[str, Any]:

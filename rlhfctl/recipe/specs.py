@@ -116,6 +116,8 @@ class StepFacts:
     critic_warmup_steps: int
     parallel_updates: bool
     behaviour_loss: bool
+    distillation: bool = False
+    """``roles.teacher`` is set: the advantage takes ``algorithm.distillation``'s per-token reverse-KL term."""
 
     @property
     def has_critic(self) -> bool:

@@ -12,6 +12,7 @@ from rlhfctl.recipe.arithmetic import BatchTable, derive_batch_table
 from rlhfctl.recipe.check_agents import check_agents
 from rlhfctl.recipe.check_agent_server import check_agent_server
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage, stage_recipe
+from rlhfctl.recipe.check_distillation import check_distillation
 from rlhfctl.recipe.check_environments import check_environments
 from rlhfctl.recipe.check_placement import check_placement, check_staleness_correction
 from rlhfctl.recipe.check_restarts import check_restarts
@@ -125,7 +126,7 @@ RUN_CHECKS: tuple[Check, ...] = (check_loggers, check_restarts, check_tasks)
 #: The checks of a PPO-family recipe, in the order validate runs and reports them, grouped by concern.
 PPO_CHECKS: tuple[Check, ...] = (
     check_pools, check_workers,                                           # where the roles run, and with what
-    check_algorithm, check_data, check_models,                            # the step, its data and models
+    check_algorithm, check_data, check_models, check_distillation,        # the step, its data and models
     check_rollout_engine, check_tensor_parallel, check_environments, check_agents, check_agent_server, check_sandbox,  # the rollout
     check_placement, check_staleness_correction,                          # placement and staleness
     check_resume, check_strategies,                                       # resumption, sharding

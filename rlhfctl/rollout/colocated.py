@@ -7,6 +7,7 @@ sends the next step's before this step ends. A :class:`Rollout` is one step's ca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,7 +21,10 @@ from rlhfctl.single_controller.worker_group import GroupMethod
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 
-__all__ = ["CallWhenNeeded", "Done", "Rollout", "Rollouts", "join", "send_scoring"]
+__all__ = ["CallWhenNeeded", "Done", "Rollout", "Rollouts", "TokenScorer", "join", "send_scoring"]
+
+TokenScorer = tuple[WorkerGroup, str]
+"""A frozen role's group and the method whose per-token column the advantages read (``TOKEN_SCORING_ROLES``)."""
 
 
 def join(batch: DataProto, futures: list[Any]) -> DataProto:
@@ -30,13 +34,15 @@ def join(batch: DataProto, futures: list[Any]) -> DataProto:
 
 @dataclass
 class Rollout:
-    """One step's calls in flight: generation, then reward, values (with a critic) and reference log-probs (with a reference)."""
+    """One step's calls in flight: generation, then reward, values (with a critic), the token-scoring roles' columns (a
+    teacher's log-probs) and reference log-probs (with a reference)."""
 
     prompts: DataProto
     generated: GroupFuture
     reward: Any
     values: Any | None
     reference: Any | None
+    token_scores: tuple[Any, ...] = ()
 
     def responses(self) -> DataProto:
         """The generated batch: prompts, responses and their masks (waits for the actor)."""
@@ -49,7 +55,7 @@ class Rollout:
         during ``update_actor`` (see ``union_pending``), so the update is sent while the reference pass
         still runs. The KL penalty in the reward and batch balancing read it on the driver first.
         """
-        batch = join(batch, [future for future in (self.reward, self.values) if future is not None])
+        batch = join(batch, [future for future in (self.reward, self.values, *self.token_scores) if future is not None])
         if self.reference is None:
             return batch, []
         if reference_on_driver:
@@ -71,12 +77,14 @@ class Done:
         return self.value
 
 
-def send_scoring(critic: WorkerGroup | None, reference: WorkerGroup | None, prompts: DataProto, batch: DataProto) -> Rollout:
-    """The values and reference log-probs of samples already generated and rewarded, on the driver (the kept groups
-    of dynamic sampling, a batch collected from a rollout group of its own)."""
+def send_scoring(critic: WorkerGroup | None, reference: WorkerGroup | None, scorers: Sequence[TokenScorer],
+                 prompts: DataProto, batch: DataProto, reward: Any = None) -> Rollout:
+    """The values, token scores and reference log-probs of samples already generated (and rewarded, or ``reward``
+    pending), on the driver (the kept groups of dynamic sampling, a batch collected from a rollout group of its own)."""
     values = None if critic is None else critic.compute_values.submit(batch)
+    token_scores = tuple(getattr(group, method).submit(batch) for group, method in scorers)
     reference_log_probs = None if reference is None else reference.compute_ref_log_prob.submit(batch)
-    return Rollout(prompts, Done(batch), None, values, reference_log_probs)
+    return Rollout(prompts, Done(batch), reward, values, reference_log_probs, token_scores)
 
 
 class CallWhenNeeded:
@@ -101,7 +109,8 @@ class Rollouts:
     before the rollout is back: a group with the actor's world size is fed the rollout future itself,
     so each rank starts from its own shard as soon as generation ends, without a round trip through
     the driver; other groups get the rollout fetched by the driver. The reference goes last: colocated
-    roles run in submission order, and the advantages need only the reward and the values. A reward in
+    roles run in submission order, and the advantages need only the reward, the values and the token scores
+    (``scorers``: a teacher's log-probs). A reward in
     the driver (``pool: driver``) is scored when the driver first needs it: a call there runs when it is
     made, and would wait for the rollout. ``notify`` gets the warnings of a step's rollout (dynamic sampling that
     ran out of batches).
@@ -109,12 +118,13 @@ class Rollouts:
 
     def __init__(self, recipe: Recipe, batcher: Any, tokenizer: Any, actor: WorkerGroup, reward: WorkerGroup,
                  critic: WorkerGroup | None, reference: WorkerGroup | None,
-                 notify: Callable[[str], None] | None = None) -> None:
+                 notify: Callable[[str], None] | None = None, scorers: Sequence[TokenScorer] = ()) -> None:
         self.trainer_cfg = recipe.trainer
         self._notify = notify
         self._step = 0  # the last step a rollout was taken for (start() sets where a resumed run begins)
         self.batcher, self.tokenizer = batcher, tokenizer
         self.actor, self.reward, self.critic, self.reference = actor, reward, critic, reference
+        self.scorers = tuple(scorers)
         self.group_filter = GroupFilterSettings.from_recipe(recipe, tokenizer.pad_token_id)
         self._ahead: Rollout | FilteredRollout | None = None
         # Each draw of prompts is numbered, and the number seeds its generation (rlhfctl.engine.seeding.generation_seed_parts):
@@ -180,9 +190,10 @@ class Rollouts:
                                    step=step, notify=self._notify)
         generation = self._generation()
         values = None if self.critic is None else self._score(self.critic, self.critic.compute_values, generation.generated)
+        token_scores = tuple(self._score(group, getattr(group, method), generation.generated) for group, method in self.scorers)
         reference = (None if self.reference is None
                      else self._score(self.reference, self.reference.compute_ref_log_prob, generation.generated))
-        return Rollout(generation.prompts, generation.generated, generation.reward, values, reference)
+        return Rollout(generation.prompts, generation.generated, generation.reward, values, reference, token_scores)
 
     def _generation(self) -> Generation:
         """The next batch of prompts sent to the actor, with the reward queued behind generation."""
@@ -194,7 +205,7 @@ class Rollouts:
         return Generation(prompts, generated, self._score(self.reward, self.reward.compute_rewards, generated))
 
     def _send_scoring(self, prompts: DataProto, batch: DataProto) -> Rollout:
-        return send_scoring(self.critic, self.reference, prompts, batch)
+        return send_scoring(self.critic, self.reference, self.scorers, prompts, batch)
 
     def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
         """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""

@@ -16,6 +16,7 @@ that were in flight again, so no prompt is skipped or repeated.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -27,7 +28,7 @@ from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
-from rlhfctl.rollout.colocated import CallWhenNeeded, Done, Rollout, send_scoring
+from rlhfctl.rollout.colocated import CallWhenNeeded, Done, TokenScorer, send_scoring
 from rlhfctl.rollout.staleness import StalenessSchedule
 from rlhfctl.rollout.weight_sync import WeightSync
 
@@ -85,7 +86,7 @@ class StreamedRollout:
         self._filtered = FilteredRollout(
             rollouts.group_filter, Generation(self.prompts, Done(batch), Done(self._reward)),
             lambda: rollouts.extra_generation(self.step),
-            lambda prompts, kept: send_scoring(rollouts.critic, rollouts.reference, prompts, kept),
+            lambda prompts, kept: send_scoring(rollouts.critic, rollouts.reference, rollouts.scorers, prompts, kept),
             step=self.step, notify=rollouts._notify)
         kept = self._filtered.responses()
         self.prompts = self._filtered.prompts
@@ -97,9 +98,8 @@ class StreamedRollout:
         if self._filtered is not None:  # the kept samples' values and reference were sent by the filter
             return self._filtered.scored(batch, reference_on_driver)
         rollouts = self._rollouts
-        values = None if rollouts.critic is None else rollouts.critic.compute_values.submit(batch)
-        reference = None if rollouts.reference is None else rollouts.reference.compute_ref_log_prob.submit(batch)
-        return Rollout(self.prompts, Done(batch), Done(self._reward), values, reference).scored(batch, reference_on_driver)
+        rollout = send_scoring(rollouts.critic, rollouts.reference, rollouts.scorers, self.prompts, batch, Done(self._reward))
+        return rollout.scored(batch, reference_on_driver)
 
     def metrics(self) -> dict[str, float]:
         """``rollout/staleness/mean`` and ``/max`` of this batch, the filter's counts with ``algorithm.filter_groups``,
@@ -112,13 +112,15 @@ class SeparateRollouts:
 
     def __init__(self, recipe: Recipe, batcher: Any, tokenizer: Any, rollout: WorkerGroup, actor: WorkerGroup,
                  reward: WorkerGroup, critic: WorkerGroup | None, reference: WorkerGroup | None,
-                 restart: Callable[[], WorkerGroup] | None = None, notify: Callable[[str], None] | None = None) -> None:
+                 restart: Callable[[], WorkerGroup] | None = None, notify: Callable[[str], None] | None = None,
+                 scorers: Sequence[TokenScorer] = ()) -> None:
         trainer, rollout_settings = recipe.trainer, recipe.rollout.settings
         self.max_restarts = int(trainer.max_restarts)
         self.restarts = 0
         self._restart, self._notify = restart, notify or (lambda message: None)
         self.batcher, self.tokenizer = batcher, tokenizer
         self.rollout, self.actor, self.reward, self.critic, self.reference = rollout, actor, reward, critic, reference
+        self.scorers = tuple(scorers)  # token-scoring roles (a teacher), sent with the values once a batch is in
         self.schedule = StalenessSchedule(recipe.rollout.max_staleness, recipe.rollout.sync_every,
                                           int(trainer.total_steps), int(trainer.critic_warmup_steps))
         self.chunks = int(rollout_settings.stream_chunks)

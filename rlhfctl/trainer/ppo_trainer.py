@@ -16,10 +16,11 @@ from typing import Any, Iterator
 from omegaconf import DictConfig
 
 from rlhfctl.algorithms import apply_kl_penalty, build_kl_controller, compute_advantages
+from rlhfctl.algorithms.distillation import distillation_advantages, distillation_metrics, reverse_kl
 from rlhfctl.data.errors import DataConfigError
 from rlhfctl.models.loading import load_tokenizer
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.resolve import ROLLOUT_ROLE
+from rlhfctl.recipe.resolve import ROLLOUT_ROLE, TOKEN_SCORING_ROLES
 from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.recipe.stages import MODEL_DIR
@@ -83,16 +84,19 @@ class PPOTrainer(TrainerBase):
         self.critic = self.groups.get("critic")
         self.effective = self.recipe.step  # the recipe's fallbacks and derived values (validate shows the same)
         self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
+        # Frozen roles scoring every sampled token for the advantages (a teacher), sent behind generation.
+        self.scorers = [(self.groups[role], method) for role, (method, _) in TOKEN_SCORING_ROLES.items()
+                        if self.groups.get(role) is not None]
         # rollout.placement: separate puts generation on a group of its own, up to trainer.max_staleness steps ahead.
         rollout_group = self.groups.get(ROLLOUT_ROLE)
         if rollout_group is not None:
             self.rollouts = SeparateRollouts(
                 recipe, self.batcher, self.tokenizer, rollout_group, self.actor, self.reward, self.critic,
                 self.reference, restart=lambda: self.groups.restart_rollout(float(recipe.trainer.restart_wait_s)),
-                notify=lambda text: self.reporter.message(text, "warning"))
+                notify=lambda text: self.reporter.message(text, "warning"), scorers=self.scorers)
         else:
             self.rollouts = Rollouts(recipe, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference,
-                                     notify=lambda text: self.reporter.message(text, "warning"))
+                                     notify=lambda text: self.reporter.message(text, "warning"), scorers=self.scorers)
         self.samples = SampleLog(self.output_dir, recipe.trainer.log_samples, self.tokenizer)
         self._start_runtime()
 
@@ -143,6 +147,9 @@ class PPOTrainer(TrainerBase):
                 batch = batch.union(self.actor.compute_log_prob(batch))
         with timer("advantages"):
             batch = self._advantages(batch, rollout.prompts)
+        if self.effective.distillation:
+            mask = batch.batch["response_mask"]
+            metrics.update(distillation_metrics(batch.batch["reverse_kl"], batch.batch["teacher_log_prob"], mask))
         if self.recipe.trainer.balance_batch:
             batch = self._balanced(batch, metrics)
         metrics.update(self._update_critic_and_actor(step, batch, pending_ref, timer))
@@ -218,6 +225,10 @@ class PPOTrainer(TrainerBase):
             reward_keys=list(algo.gdpo_reward_keys),
             reward_weights=None if algo.gdpo_reward_weights is None else list(algo.gdpo_reward_weights),
         )
+        if self.effective.distillation:  # roles.teacher: each token's reverse KL to the teacher enters its advantage
+            distill = algo.distillation
+            tensors["reverse_kl"] = reverse_kl(batch.batch["old_log_probs"], batch.batch["teacher_log_prob"], mask)
+            advantages = distillation_advantages(advantages, tensors["reverse_kl"], mask, distill.coef, distill.mix)
         tensors.update(advantages=advantages, returns=returns)
         return batch.union(DataProto.from_dict(tensors=tensors))
 
