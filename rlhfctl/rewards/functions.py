@@ -158,6 +158,18 @@ def function_kwargs_problem(columns: Sequence[str], kwargs: Mapping[str, Any] | 
     return None
 
 
+def _unknown_setting_problem(function: Callable[..., Any], kwargs: Mapping[str, Any] | None) -> str | None:
+    """A keyword outside the settings a function declares in ``known_function_kwargs`` (one that takes the data
+    columns through ``**columns`` would otherwise swallow a misspelt setting), or None."""
+    known = getattr(function, "known_function_kwargs", None)
+    unknown = [key for key in kwargs or {} if known is not None and key not in known]
+    if not unknown:
+        return None
+    name = getattr(function, "__name__", type(function).__name__)
+    return (f"roles.reward.function_kwargs.{unknown[0]}: {name} has no setting {unknown[0]!r}; its settings are "
+            f"{', '.join(sorted(known)) or 'none'}")
+
+
 def reward_call_problem(
     function: Callable[..., Any], columns: Sequence[str], kwargs: Mapping[str, Any] | None = None
 ) -> str | None:
@@ -168,7 +180,7 @@ def reward_call_problem(
     column, every required parameter must be one of those names, and without ``**kwargs`` every name passed
     must be a parameter.
     """
-    clash = function_kwargs_problem(columns, kwargs)
+    clash = function_kwargs_problem(columns, kwargs) or _unknown_setting_problem(function, kwargs)
     if clash:
         return clash
     try:

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlhfctl.tasks import arithmetic, digits, mixture, preferences, reasoning_gym
+from rlhfctl.tasks import arithmetic, code_echo, digits, mixture, preferences, reasoning_gym
 from rlhfctl.tasks.reward_fn import RewardFn, check_reward_inputs
 from rlhfctl.tasks.task import Task, UnknownTaskError
 
@@ -43,6 +43,9 @@ _TASKS: dict[str, Task] = {
         Task("arithmetic-direct", arithmetic.make_prompts, arithmetic.score,
              "the arithmetic task with demonstrations that answer without the tool (the model-alone baseline)",
              arithmetic.make_direct_demonstrations),
+        Task("code_echo", code_echo.make_prompts, code_echo.score,
+             "reward = the program prints the number (rlhfctl.rewards:code runs it); demonstrations print it",
+             code_echo.make_demonstrations),
     )
 }
 

@@ -15,6 +15,7 @@ where allowed). docs/security.md states what the boundary stops and what it does
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import marshal
 import os
@@ -24,14 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from rlhfctl.agents.tool import Tool, ToolResult
 import rlhfctl.agents.tools.sandbox_boundary as sandbox_boundary
 import rlhfctl.agents.tools.sandbox_child as sandbox_child
 
-__all__ = ["PythonSandbox", "SandboxUnavailable", "boundary_refusal", "refusal_message"]
+__all__ = ["PythonSandbox", "SandboxUnavailable", "boundary_refusal", "refusal_message", "run_programs"]
 
 logger = logging.getLogger(__name__)
 
@@ -410,6 +411,28 @@ class PythonSandbox(Tool):
             logger.warning(
                 "python tool: no network namespace (%s); code runs with the host network. "
                 "Set require_network_isolation: true to refuse to run without one.", status[6:] or "no status")
+
+
+def run_programs(sandbox: PythonSandbox, programs: Sequence[str]) -> list[ToolResult]:
+    """Run each program as one call of ``sandbox`` (at most its ``max_concurrent`` at once), from synchronous
+    code: the tool's own calls, for callers without an event loop (the code-execution reward). In order."""
+
+    async def run_all() -> list[ToolResult]:
+        async def one(index: int, program: str) -> ToolResult:
+            instance = f"program-{index}"
+            try:
+                return await sandbox.execute(instance, {"code": program})
+            finally:
+                await sandbox.release(instance)
+
+        return list(await asyncio.gather(*(one(index, program) for index, program in enumerate(programs))))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(run_all())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # inside a running loop: a loop of its own
+        return pool.submit(asyncio.run, run_all()).result()
 
 
 def _scrubbed_env(workdir: str) -> dict[str, str]:
