@@ -32,6 +32,7 @@ from rlhfctl.rewards.functions import (
     conversation_columns_taken,
     load_reward_function,
 )
+from workers.judge_scorer import JudgeScorer
 from workers.role import RoleWorker
 
 __all__ = ["INTERNAL_COLUMNS", "OVERLONG_PENALTY", "RewardWorker", "is_internal_column", "place_scores"]
@@ -80,6 +81,7 @@ class RewardWorker(RoleWorker):
         self.function_name = ""
         self.model: nn.Module | None = None
         self.model_tokenizer: Any = None
+        self.judge: JudgeScorer | None = None  # roles.reward.judge: an LLM judge scores (wins over function and model)
         self._ready = False
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -88,7 +90,10 @@ class RewardWorker(RoleWorker):
         """Load the reward function, or the reward model and its tokenizer."""
         self._setup_process(distributed=False)
         spec = self.config.get("function")
-        if spec:
+        if self.config.get("judge"):
+            self.judge = JudgeScorer(self.config["judge"], self.role)
+            self.judge.load(self)
+        elif spec:
             self.function = load_reward_function(spec)
             self.function_name = str(spec)
         elif self.config.get("model"):
@@ -145,7 +150,8 @@ class RewardWorker(RoleWorker):
         ``score`` (the function's or model's raw score, float), ``reward_error`` (True where on_error=zero
         replaced a failure) and one float column ``reward/<name>`` per named score (``reward/overlong_penalty``
         with the overlong buffer, whose penalty the reward adds to ``score``); ``meta_info['reward/errors']``
-        counts the failures on this rank."""
+        counts the failures on this rank. With ``roles.reward.judge``: ``judge_verdict`` (the judge's text) and
+        ``judge_parse_error`` (True where it did not parse and scored ``judge.parse_error_score``)."""
         if not self._ready:
             raise RuntimeError(f"{type(self).__name__} ({self.role}): call init_model() first")
         self._require_keys(data, ("responses",), "compute_rewards")
@@ -160,7 +166,12 @@ class RewardWorker(RoleWorker):
         # The response's real tokens are the attention mask over it (tool outputs too); response_mask is the loss's.
         real = data.batch["attention_mask"][:, -responses.shape[1]:] if "attention_mask" in data.batch else response_mask
         texts = self._texts(data, "response_text", "responses", real)
-        if self.function is not None:
+        judged: dict[str, Any] = {}
+        if self.judge is not None:
+            references = data.non_tensor_batch.get("ground_truth", [""] * len(texts))
+            verdicts = self.judge.score(prompts, texts, ["" if ref is None else str(ref) for ref in references])
+            result, judged = RewardScores(verdicts.scores, [False] * len(texts), {}), self.judge.columns(verdicts)
+        elif self.function is not None:
             result = self._function_scores(data, prompts, texts)
         else:
             scores = self._model_scores(self._model_prompts(data, prompts), texts)
@@ -177,6 +188,7 @@ class RewardWorker(RoleWorker):
                 "score": np.asarray(result.scores, dtype=np.float64),
                 "reward_error": np.asarray(result.errored, dtype=bool),
                 **{named_score_column(key): np.asarray(values, dtype=np.float64) for key, values in named.items()},
+                **judged,
             },
             meta_info={"reward/errors": int(sum(result.errored))},
         )

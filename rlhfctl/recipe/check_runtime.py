@@ -239,7 +239,7 @@ def check_strategies(recipe: Recipe) -> list[Issue]:
     for role, spec in recipe.roles.items():
         section = spec.settings
         strategy = section.strategy
-        if role == "reward" and spec.model is None:  # a reward function (the reward_model stage trains a model)
+        if role == "reward" and spec.model is None and not section.get("judge"):  # a reward function (the reward_model stage trains a model)
             if strategy is not None:
                 key = f"roles.{role}.strategy"
                 issues.append(error(key, (

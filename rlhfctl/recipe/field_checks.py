@@ -118,7 +118,8 @@ def _required_values(recipe: Mapping[str, Any]) -> list[RecipeError]:
             ))
     reward = roles.get("reward")
     data = recipe.get("data") or {}
-    if reward and not reward.get("function") and reward.get("model") is None and not data.get("task"):
+    if reward and not reward.get("function") and reward.get("model") is None and not data.get("task") \
+            and reward.get("judge") is None:  # roles.reward.judge scores without a function
         problems.append(_missing(
             "roles.reward.function",
             "set roles.reward.function (module:function), roles.reward.model, or data.task (its bundled reward)",

@@ -387,7 +387,10 @@ def _planned_models(recipe: Recipe) -> list[PlannedModel]:
     if "critic" in roles and stage is None:
         specs.append(PlannedModel("critic", "value", True, roles["critic"].model))
     reward_trained = stage is not None and stage.trained_role == "reward"
-    if "reward" in roles and (reward_trained or (stage is None and roles["reward"].model is not None)):
+    judge = roles["reward"].settings.get("judge") if "reward" in roles and stage is None else None
+    if judge is not None:  # roles.reward.judge: a frozen causal LM on the reward role's pool, generating verdicts
+        specs.append(PlannedModel("reward", "causal", False, judge.model))
+    elif "reward" in roles and (reward_trained or (stage is None and roles["reward"].model is not None)):
         specs.append(PlannedModel("reward", "classifier", reward_trained, _reward_model(roles["reward"].model)))
     return specs
 

@@ -268,6 +268,23 @@ class OverlongBufferConfig(Section):
 
 
 @dataclass(eq=False)
+class JudgeConfig(Section):
+    """An LLM judge as the reward: a frozen causal LM reads a prompt built from a template and its verdict is parsed to a score."""
+
+    model: ModelConfig = _field(doc="the judge, a causal LM: path (a checkpoint) or an inline config; frozen, on the reward role's pool", factory=ModelConfig)
+    template: Optional[str] = _field(None, "the judge's prompt, with {prompt}, {response}, {reference} (the row's ground_truth) and {rubric}; literal braces doubled (null: the bundled template)")
+    rubric: str = _field("Score 0 for a wrong or unhelpful response up to 10 for a correct, helpful one.", "what the judge is told to look for, the template's {rubric}")
+    parser: str = _field("score", "verdict -> score: score (the first number in score_range after 'Score:', else the last such number), yes_no, or module:function / path/to/file.py:function taking the verdict and returning a float or None")
+    max_new_tokens: int = _field(64, "tokens of the judge's verdict at most", min=1)
+    temperature: float = _field(0.0, "the judge's sampling temperature (0: greedy)", min=0)
+    score_range: List[float] = _field(doc="[min, max]: the scores a verdict may give; parsed scores are clipped to it", factory=lambda: [0.0, 10.0], min_items=2, max_items=2)
+    parse_error_score: float = _field(0.0, "the score of a verdict that does not parse (counted in reward/judge_parse_errors); within score_range")
+    batch_size: Optional[int] = _field(None, "judge prompts generated together on one rank (null: the whole shard)", min=1)
+    max_prompt_length: Optional[int] = _field(None, "judge prompt tokens at most; a longer prompt keeps its last tokens (null: no limit)", min=1)
+    apply_chat_template: Optional[bool] = _field(None, "send the judge prompt as a user message through the judge tokenizer's chat template (null: when the tokenizer has one)")
+
+
+@dataclass(eq=False)
 class RewardRole(Section):
     """Scores responses with a reward function (or a reward model)."""
 
@@ -277,6 +294,7 @@ class RewardRole(Section):
     fsdp: FsdpConfig = _field(doc="FSDP2 options (strategy fsdp2)", factory=FsdpConfig)
     function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
+    judge: Optional[JudgeConfig] = _field(None, "an LLM judge scores the responses (wins over function and model); null: none")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
     function_kwargs: Dict[str, Any] = _field(doc="keyword arguments passed to the reward function on every call, e.g. {method: flexible} for rlhfctl.rewards:gsm8k", factory=dict)
     on_error: str = _field("raise", "when the reward function raises: stop the run, or score the failed samples 0", choices=("raise", "zero"))

@@ -14,6 +14,7 @@ from rlhfctl.recipe.check_agent_server import check_agent_server
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage, stage_recipe
 from rlhfctl.recipe.check_distillation import check_distillation
 from rlhfctl.recipe.check_environments import check_environments
+from rlhfctl.recipe.check_judge import check_judge, judge_notes
 from rlhfctl.recipe.check_placement import check_placement, check_staleness_correction
 from rlhfctl.recipe.check_restarts import check_restarts
 from rlhfctl.recipe.check_sandbox import check_sandbox
@@ -129,6 +130,7 @@ PPO_CHECKS: tuple[Check, ...] = (
     check_algorithm, check_data, check_models, check_distillation,        # the step, its data and models
     check_rollout_engine, check_tensor_parallel, check_environments, check_agents, check_agent_server, check_sandbox,  # the rollout
     check_placement, check_staleness_correction,                          # placement and staleness
+    check_judge,                                                          # the reward's LLM judge
     check_resume, check_strategies,                                       # resumption, sharding
 )
 
@@ -160,6 +162,8 @@ def validate_recipe(cfg: Any, batch_size: int | None = None, device_memory: int 
     report.notes += reward_notes(recipe)
     report.example, example_issues = example_prompt(recipe)
     report.issues += example_issues
+    report.notes += judge_notes(recipe, None if report.example is None else report.example.text,
+                                [task.example for task in report.tasks])
     return report
 
 

@@ -57,6 +57,8 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics[f"reward/{name}/mean"] = float(np.mean(batch.non_tensor_batch[named_score_column(name)].astype(np.float64)))
     if "reward_error" in batch.non_tensor_batch:
         metrics["reward/errors"] = float(np.sum(batch.non_tensor_batch["reward_error"].astype(float)))
+    if "judge_parse_error" in batch.non_tensor_batch:  # roles.reward.judge: verdicts scored judge.parse_error_score
+        metrics["reward/judge_parse_errors"] = float(np.sum(batch.non_tensor_batch["judge_parse_error"].astype(float)))
     if "entropys" in batch.batch:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
     metrics.update(agent_metrics(batch))

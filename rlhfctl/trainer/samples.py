@@ -63,6 +63,9 @@ class SampleLog:
             tool_rewards = batch.non_tensor_batch.get("tool_rewards")
             if tool_rewards is not None:
                 sample["tool_rewards"] = float(tool_rewards[index])
+        verdicts = batch.non_tensor_batch.get("judge_verdict")  # roles.reward.judge: what the judge wrote
+        if verdicts is not None:
+            sample["judge_verdict"] = str(verdicts[index])
         errors = batch.non_tensor_batch.get("reward_error")
         if errors is not None and errors[index]:
             sample["reward_error"] = str(errors[index])
