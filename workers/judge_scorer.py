@@ -69,14 +69,17 @@ class JudgeScorer:
                  for prompt, response, reference in zip(prompts, responses, references)]
         size = int(settings["batch_size"] or max(len(texts), 1))
         verdicts: list[str] = []
-        for start in range(0, len(texts), size):
-            verdicts += self.generate(texts[start:start + size])
+        # One gather of FSDP2's shards for the whole call (a collective): every rank enters it once, whatever its rows.
+        with serving(self.model, self.worker.engine):
+            for start in range(0, len(texts), size):
+                verdicts += self.generate(texts[start:start + size])
         return parse_verdicts(verdicts, self.parser, settings["score_range"], float(settings["parse_error_score"]),
                               str(settings["parser"]))
 
     @torch.no_grad()
     def generate(self, texts: Sequence[str]) -> list[str]:
-        """The judge's verdicts on ``texts`` (rendered judge prompts), by the hf engine's decoding loop."""
+        """The judge's verdicts on ``texts`` (rendered judge prompts), by the hf engine's decoding loop (inside
+        :func:`~rlhfctl.engine.placement.serving`, which :meth:`score` enters)."""
         if not texts:
             return []
         temperature = float(self.settings["temperature"])
@@ -85,9 +88,8 @@ class JudgeScorer:
         worker = self.worker
         generator = make_generator(worker.device, worker.seed, worker.rank, "judge", self.calls)
         self.calls += 1
-        with serving(self.model, worker.engine):
-            generated = generate_batch(self.model, self.tokenizer, self._encode(texts), params, device=worker.device,
-                                       generator=generator)
+        generated = generate_batch(self.model, self.tokenizer, self._encode(texts), params, device=worker.device,
+                                   generator=generator)
         return [str(text) for text in generated.non_tensor_batch["response_text"].tolist()]
 
     def _encode(self, texts: Sequence[str]) -> DataProto:
