@@ -131,9 +131,10 @@ def run_code_tests(codes: Sequence[str], suites: Sequence[TestSuite], limits: Co
     harness = _HARNESS.read_text(encoding="utf-8")
     programs = [_program(harness, program, suite, limits) for program, suite in zip(codes, suites)]
     most_cases = max(len(suite.cases) for suite in suites)
+    budget_s = most_cases * (limits.timeout_s + 0.5) + _START_S  # a backstop: the harness times each case
     sandbox = PythonSandbox(
-        timeout_s=most_cases * (limits.timeout_s + 0.5) + _START_S,  # a backstop: the harness times each case
-        cpu_s=int(limits.timeout_s) + 1,  # per process: each case's child starts its own count
+        timeout_s=budget_s,
+        cpu_s=int(budget_s) + 1,  # the harness's own; each case's child lowers it to timeout_s + 1
         memory_mb=limits.memory_mib,
         max_output_chars=(most_cases + 2) * (_LINE_CHARS + 2 * VALUE_CHARS),
         max_code_chars=max(len(program) for program in programs) + 1,

@@ -164,6 +164,7 @@ def _last_line(path: str) -> str:
 def _child(solution: types.CodeType, payload: dict, case: object, paths: dict) -> None:
     """Run one case with stdin, stdout and stderr on its files; report through the value file; never returns."""
     kind = payload["kind"]
+    _limit_cpu(int(float(payload["timeout_s"])) + 1)
     stdin = os.open(paths["in"] if kind == "stdio" else os.devnull, os.O_RDONLY)
     for fd, handle in ((0, stdin), (1, _create(paths["out"])), (2, _create(paths["err"]))):
         os.dup2(handle, fd)
@@ -201,6 +202,18 @@ def _child(solution: types.CodeType, payload: dict, case: object, paths: dict) -
     if status == 0 and value is not None:
         os.write(value_file, value.encode("utf-8", errors="replace"))
     os._exit(status)
+
+
+def _limit_cpu(seconds: int) -> None:
+    """This case's own CPU limit (the forked child's count starts at 0): the sandbox's covers all the cases."""
+    import resource
+
+    try:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        wanted = seconds + 1 if hard == resource.RLIM_INFINITY else min(seconds + 1, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(seconds, wanted), wanted))
+    except (OSError, ValueError):
+        pass  # the wall-clock limit still holds
 
 
 def _create(path: str) -> int:
