@@ -20,6 +20,7 @@ from rlhfctl.engine.placement import forwards_are_collective, scoring
 from rlhfctl.engine.micro_batches import scoring_slices
 from rlhfctl.engine.offload import on_device
 from rlhfctl.engine.packing import packed_sequence_scores
+from rlhfctl.rewards.remote_service import RemoteRewardClient, remote_meta_info
 from rlhfctl.rewards.functions import (
     INTERNAL_COLUMNS,
     is_internal_column,
@@ -78,6 +79,7 @@ class RewardWorker(RoleWorker):
         self.function_kwargs = dict(self.config.function_kwargs)
         self.score_names: list[str] = []  # the named scores the function last returned (for a batch that all fails)
         self.function: Callable[..., Any] | None = None
+        self.remote: RemoteRewardClient | None = None  # roles.reward.remote: a service scores, function is ignored
         self.function_name = ""
         self.model: nn.Module | None = None
         self.model_tokenizer: Any = None
@@ -87,12 +89,15 @@ class RewardWorker(RoleWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     @on_device
     def init_model(self) -> None:
-        """Load the reward function, or the reward model and its tokenizer."""
+        """Load the reward function, or the reward model and its tokenizer, or the judge, or the remote service's client."""
         self._setup_process(distributed=False)
         spec = self.config.get("function")
         if self.config.get("judge"):
             self.judge = JudgeScorer(self.config["judge"], self.role)
             self.judge.load(self)
+        elif self.config.get("remote") is not None:
+            self.remote = RemoteRewardClient.from_config(self.config["remote"])
+            self.function_name = f"remote reward service {self.remote.url}"
         elif spec:
             self.function = load_reward_function(spec)
             self.function_name = str(spec)
@@ -166,11 +171,14 @@ class RewardWorker(RoleWorker):
         # The response's real tokens are the attention mask over it (tool outputs too); response_mask is the loss's.
         real = data.batch["attention_mask"][:, -responses.shape[1]:] if "attention_mask" in data.batch else response_mask
         texts = self._texts(data, "response_text", "responses", real)
-        judged: dict[str, Any] = {}
+        scorer_columns: dict[str, Any] = {}  # a judge's or remote service's own per-sample columns
         if self.judge is not None:
             references = data.non_tensor_batch.get("ground_truth", [""] * len(texts))
             verdicts = self.judge.score(prompts, texts, ["" if ref is None else str(ref) for ref in references])
-            result, judged = RewardScores(verdicts.scores, [False] * len(texts), {}), self.judge.columns(verdicts)
+            result, scorer_columns = RewardScores(verdicts.scores, [False] * len(texts), {}), self.judge.columns(verdicts)
+        elif self.remote is not None:  # no on_error: a service that stays down stops the step (exit 3)
+            remote = self.remote.score(prompts, texts, data.non_tensor_batch)
+            result, scorer_columns = RewardScores(remote.scores, [False] * len(texts), remote.named), remote.columns()
         elif self.function is not None:
             result = self._function_scores(data, prompts, texts)
         else:
@@ -188,9 +196,9 @@ class RewardWorker(RoleWorker):
                 "score": np.asarray(result.scores, dtype=np.float64),
                 "reward_error": np.asarray(result.errored, dtype=bool),
                 **{named_score_column(key): np.asarray(values, dtype=np.float64) for key, values in named.items()},
-                **judged,
+                **scorer_columns,
             },
-            meta_info={"reward/errors": int(sum(result.errored))},
+            meta_info={"reward/errors": int(sum(result.errored)), **remote_meta_info(scorer_columns)},
         )
 
     def _function_scores(self, data: DataProto, prompts: list[str], texts: list[str]) -> RewardScores:

@@ -124,7 +124,7 @@ def _task_columns(recipe: Recipe, prompt_key: str) -> list[str]:
 def _check_reward(recipe: Recipe, columns: dict[str, list[str]], summaries: list[DataFileSummary]) -> list[Issue]:
     """The reward spec loads as the worker loads it, and the function takes the call the worker makes."""
     reward = recipe.section_of("reward")
-    if reward is None or not reward.function:
+    if reward is None or not reward.function or reward.get("remote") is not None:  # remote: the service scores
         return []
     key = "roles.reward.function"
     try:

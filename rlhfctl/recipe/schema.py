@@ -268,6 +268,20 @@ class OverlongBufferConfig(Section):
 
 
 @dataclass(eq=False)
+class RemoteRewardConfig(Section):
+    """A reward service over HTTP: batches POSTed as JSON, one score per response back (docs/rewards.md)."""
+
+    url: Optional[str] = _field(None, "http(s) URL the batches are POSTed to; its answer is {scores: [...], extra: {name: [...]}}")
+    batch_size: int = _field(64, "responses per request", min=1)
+    timeout_s: float = _field(30.0, "seconds one request may take, connecting to reading the whole answer", min_exclusive=0)
+    max_retries: int = _field(3, "retries of a request that failed (timeout, refused connection, HTTP 5xx, 408, 429) before the step stops with exit 3", min=0)
+    backoff_s: float = _field(0.5, "wait before the first retry; it doubles each retry, up to 10 s", min=0)
+    concurrency: int = _field(4, "requests in flight at once", min=1)
+    columns: List[str] = _field(doc="data columns sent beside prompts and responses, each as a list (e.g. [ground_truth])", factory=list)
+    headers_from_env: Dict[str, str] = _field(doc="HTTP headers whose values are read from environment variables where the reward worker runs, {Header-Name: ENV_VAR}; never written in the recipe", factory=dict)
+
+
+@dataclass(eq=False)
 class JudgeConfig(Section):
     """An LLM judge as the reward: a frozen causal LM reads a prompt built from a template and its verdict is parsed to a score."""
 
@@ -295,6 +309,7 @@ class RewardRole(Section):
     function: Optional[str] = _field("rlhfctl.tasks.digits:score", "reward function, module:function or path/to/file.py:function")
     model: Optional[ModelConfig] = _field(None, "reward model (sequence classifier); null: use function")
     judge: Optional[JudgeConfig] = _field(None, "an LLM judge scores the responses (wins over function and model); null: none")
+    remote: Optional[RemoteRewardConfig] = _field(None, "a reward service over HTTP; when set it scores the responses and function is ignored")
     batch_size: Optional[int] = _field(None, "samples scored per call on one rank (null: the whole shard)", min=1)
     function_kwargs: Dict[str, Any] = _field(doc="keyword arguments passed to the reward function on every call, e.g. {method: flexible} for rlhfctl.rewards:gsm8k", factory=dict)
     on_error: str = _field("raise", "when the reward function raises: stop the run, or score the failed samples 0", choices=("raise", "zero"))

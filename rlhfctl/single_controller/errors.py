@@ -28,6 +28,30 @@ class WorkerMethodError(WorkerGroupError):
         super().__init__(message)
 
 
+class WorkerMethodLost(WorkerMethodError, WorkerLost):
+    """A worker method raised a ``WorkerLost`` of its own (a service the rank depends on stayed down): exit 3, shown
+    as the one line that names role, method, rank and cause; the worker's traceback stays in ``worker_traceback``."""
+
+    def __init__(self, role: str, worker_class: str, method: str, rank: int, detail: str, worker_traceback: str = "",
+                 cause: str = ""):
+        super().__init__(role, worker_class, method, rank, detail, worker_traceback, user_error=False)
+        self.cause = cause or detail
+
+    def __str__(self) -> str:
+        return f"{self.role}.{self.method} failed on rank {self.rank} ({self.worker_class}): {self.detail}"
+
+
+def method_error(role: str, worker_class: str, method: str, rank: int, cause: BaseException, detail: str,
+                 worker_traceback: str = "") -> WorkerMethodError:
+    """The driver's error for a worker method that raised ``cause``: exit 2 for a UserError, 3 for a WorkerLost
+    (:class:`WorkerMethodLost`), else an internal error with the worker's traceback."""
+    if isinstance(cause, WorkerLost):
+        return WorkerMethodLost(role, worker_class, method, rank, detail, worker_traceback,
+                                str(getattr(cause, "cause", "") or ""))
+    return WorkerMethodError(role, worker_class, method, rank, detail, worker_traceback,
+                             user_error=isinstance(cause, UserError))
+
+
 class WorkerDiedError(WorkerGroupError, WorkerLost):
     """A worker process exited (crash, OOM kill, kill -9) while the driver waited on it; ``cause`` says so briefly."""
 

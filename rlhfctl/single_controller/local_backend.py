@@ -12,8 +12,7 @@ import copy
 import traceback
 from typing import Any
 
-from rlhfctl.errors import UserError
-from rlhfctl.single_controller.errors import WorkerMethodError
+from rlhfctl.single_controller.errors import method_error
 from rlhfctl.single_controller.host import ClassWithInitArgs, WorkerHost
 from rlhfctl.single_controller.resource_pool import ResourcePool
 from rlhfctl.single_controller.worker import RankInfo, free_port
@@ -80,9 +79,8 @@ class LocalWorkerGroup(WorkerGroup):
         for rank, outcome in zip(ranks, handles):
             if outcome.error is not None:
                 error = outcome.error
-                raise WorkerMethodError(self.role, self.worker_cls.__name__, method, rank,
-                                        f"{type(error).__name__}: {error}", outcome.traceback,
-                                        user_error=isinstance(error, UserError)) from error
+                raise method_error(self.role, self.worker_cls.__name__, method, rank, error,
+                                   f"{type(error).__name__}: {error}", outcome.traceback) from error
         return [outcome.value for outcome in handles]
 
     def _ready(self, handles: list[Any]) -> bool:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from rlhfctl.errors import UserError
 from rlhfctl.library_output import strip_ansi
-from rlhfctl.single_controller.errors import WorkerDiedError, WorkerMethodError, WorkerTimeoutError
+from rlhfctl.single_controller.errors import WorkerDiedError, WorkerTimeoutError, method_error
 from rlhfctl.single_controller.host import ClassWithInitArgs, direct_method_name, host_class_for, torch_threads_for
 from rlhfctl.single_controller.resource_pool import RayResourcePool
 from rlhfctl.single_controller.worker import GROUP_ENV_VARS, RankInfo
@@ -148,8 +147,7 @@ def _raise_first_failure(ready: list[Any], refs: list[Any], ranks: list[int], ro
         except ray.exceptions.RayTaskError as error:
             cause = error.cause if getattr(error, "cause", None) is not None else error
             detail = f"{type(cause).__name__}: {cause}" if cause is not error else _first_line(error)
-            raise WorkerMethodError(role, worker_class, method, rank_of[ref], detail, strip_ansi(str(error)),
-                                    user_error=isinstance(cause, UserError)) from None
+            raise method_error(role, worker_class, method, rank_of[ref], cause, detail, strip_ansi(str(error))) from None
 
 
 def _first_line(error: BaseException) -> str:

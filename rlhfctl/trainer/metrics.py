@@ -59,6 +59,8 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
         metrics["reward/errors"] = float(np.sum(batch.non_tensor_batch["reward_error"].astype(float)))
     if "judge_parse_error" in batch.non_tensor_batch:  # roles.reward.judge: verdicts scored judge.parse_error_score
         metrics["reward/judge_parse_errors"] = float(np.sum(batch.non_tensor_batch["judge_parse_error"].astype(float)))
+    if "reward_retries" in batch.non_tensor_batch:  # roles.reward.remote: retries of the service's requests
+        metrics["reward/remote_retries"] = float(np.sum(batch.non_tensor_batch["reward_retries"].astype(float)))
     if "entropys" in batch.batch:
         metrics["entropy"] = masked_mean(batch.batch["entropys"], mask).item()
     metrics.update(agent_metrics(batch))
