@@ -32,11 +32,28 @@ def check_distillation(recipe: Recipe) -> list[Issue]:
         return [error("roles.teacher.model", (
             "roles.teacher.model: set path (e.g. an SFT stage's output: ${stages.sft.output}) or config (an inline "
             "architecture); a teacher without either would be a random model"))]
+    issues = _without_reward(recipe) if recipe.roles.get("reward") is None else []
     actor = recipe.roles.get("actor")
     if actor is None or actor.model is None:
-        return []
+        return issues
     problem = _vocabularies(actor.model, teacher.model)
-    return [error("roles.teacher.model", problem)] if problem else []
+    return issues + ([error("roles.teacher.model", problem)] if problem else [])
+
+
+def _without_reward(recipe: Recipe) -> list[Issue]:
+    """Distillation alone (``roles.reward: null``): what would need a reward is refused, each naming its key."""
+    why = "roles.reward is null (distillation alone): "
+    issues = []
+    if recipe.trainer.val_every:
+        issues.append(error("trainer.val_every", f"trainer.val_every: validation scores responses with the reward; {why}"
+                                                 "set trainer.val_every: 0 or give roles.reward (it is only logged with mix 0)"))
+    if recipe.algorithm.filter_groups.enable:
+        issues.append(error("algorithm.filter_groups.enable", f"algorithm.filter_groups keeps groups by their reward; {why}"
+                                                               "turn it off or give roles.reward"))
+    if recipe.algorithm.adv_estimator == "remax":
+        issues.append(error("algorithm.adv_estimator", f"algorithm.adv_estimator: remax scores a greedy baseline with the "
+                                                       f"reward; {why}choose another estimator or give roles.reward"))
+    return issues
 
 
 def _vocabularies(student: Any, teacher: Any) -> str | None:

@@ -104,8 +104,10 @@ def _required_values(recipe: Mapping[str, Any]) -> list[RecipeError]:
     stage = str((recipe.get("algorithm") or {}).get("name") or "ppo")  # sft/dpo train the actor, reward_model the reward
     if roles.get("actor") is None and stage != "reward_model":
         problems.append(_missing("roles.actor", "every recipe needs an actor (the policy)"))
-    if roles.get("reward") is None and stage in ("ppo", "reward_model"):
-        problems.append(_missing("roles.reward", "every recipe needs a reward role (a function or a reward model)"))
+    distills_alone = roles.get("teacher") is not None and not ((recipe.get("algorithm") or {}).get("distillation") or {}).get("mix")
+    if roles.get("reward") is None and (stage == "reward_model" or (stage == "ppo" and not distills_alone)):
+        problems.append(_missing("roles.reward", "every recipe needs a reward role (a function or a reward model), "
+                                                 "except distillation alone (roles.teacher with algorithm.distillation.mix 0)"))
     for role in ("actor", "reference", "critic", "reward"):
         section = roles.get(role)
         if not section:

@@ -326,7 +326,7 @@ class RolesConfig(Section):
     actor: Optional[ActorRole] = _field(doc="the policy (required)", factory=ActorRole)
     reference: Optional[ReferenceRole] = _field(doc="reference policy for KL (null: none, or the adapter-disabled actor with LoRA)", factory=ReferenceRole)
     critic: Optional[CriticRole] = _field(None, "value model (required by gae)")
-    reward: Optional[RewardRole] = _field(doc="reward scoring (required, except for distillation alone: algorithm.distillation.mix 0)", factory=RewardRole)
+    reward: Optional[RewardRole] = _field(doc="reward scoring (required, except distillation alone: roles.teacher with algorithm.distillation.mix 0)", factory=RewardRole)
     teacher: Optional[TeacherRole] = _field(None, "a frozen teacher for on-policy distillation (algorithm.distillation)")
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 
+import torch
+
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.specs import Recipe
 from rlhfctl.run_signals import stop_requested
@@ -21,7 +23,7 @@ from rlhfctl.single_controller.worker_group import GroupMethod
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 
-__all__ = ["CallWhenNeeded", "Done", "Rollout", "Rollouts", "TokenScorer", "join", "send_scoring"]
+__all__ = ["CallWhenNeeded", "Done", "NoReward", "Rollout", "Rollouts", "TokenScorer", "join", "reward_call", "send_scoring"]
 
 TokenScorer = tuple[WorkerGroup, str]
 """A frozen role's group and the method whose per-token column the advantages read (``TOKEN_SCORING_ROLES``)."""
@@ -85,6 +87,23 @@ def send_scoring(critic: WorkerGroup | None, reference: WorkerGroup | None, scor
     token_scores = tuple(getattr(group, method).submit(batch) for group, method in scorers)
     reference_log_probs = None if reference is None else reference.compute_ref_log_prob.submit(batch)
     return Rollout(prompts, Done(batch), reward, values, reference_log_probs, token_scores)
+
+
+class NoReward:
+    """The reward of a run without a reward role (distillation alone, ``algorithm.distillation.mix: 0``): a zero
+    ``token_level_scores`` for every sample of the generated batch, so the step's advantages are the teacher's alone."""
+
+    def __init__(self, generated: Any) -> None:
+        self.generated = generated
+
+    def get(self) -> DataProto:
+        responses = self.generated.get().batch["responses"]
+        return DataProto.from_dict({"token_level_scores": responses.new_zeros(responses.shape, dtype=torch.float32)})
+
+
+def reward_call(reward: WorkerGroup | None, generated: Any, send: Callable[[Any], Any]) -> Any:
+    """``send(generated)`` (the reward role's call, however the caller sends it), or :class:`NoReward` without one."""
+    return NoReward(generated) if reward is None else send(generated)
 
 
 class CallWhenNeeded:
@@ -202,7 +221,8 @@ class Rollouts:
             prompts.meta_info["draw"] = self.draws
             self.draws += 1
         generated = self.actor.generate_sequences.submit(prompts)
-        return Generation(prompts, generated, self._score(self.reward, self.reward.compute_rewards, generated))
+        reward = reward_call(self.reward, generated, lambda batch: self._score(self.reward, self.reward.compute_rewards, batch))
+        return Generation(prompts, generated, reward)
 
     def _send_scoring(self, prompts: DataProto, batch: DataProto) -> Rollout:
         return send_scoring(self.critic, self.reference, self.scorers, prompts, batch)

@@ -28,7 +28,7 @@ from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
-from rlhfctl.rollout.colocated import CallWhenNeeded, Done, TokenScorer, send_scoring
+from rlhfctl.rollout.colocated import CallWhenNeeded, Done, TokenScorer, reward_call, send_scoring
 from rlhfctl.rollout.staleness import StalenessSchedule
 from rlhfctl.rollout.weight_sync import WeightSync
 
@@ -73,7 +73,9 @@ class StreamedRollout:
         for chunk in self.chunks:
             generated = chunk.generated.get()
             parts.append(generated)
-            rewards.append(chunk.reward if chunk.reward is not None else self._rollouts.reward.compute_rewards.submit(generated))
+            reward = self._rollouts.reward
+            rewards.append(chunk.reward if chunk.reward is not None
+                           else reward_call(reward, Done(generated), lambda batch: reward.compute_rewards.submit(batch.get())))
         batch = DataProto.concat(parts)
         self._reward = DataProto.concat([reward.get() for reward in rewards])
         self._metrics = {}
@@ -111,7 +113,7 @@ class SeparateRollouts:
     """Draws prompts, keeps the next steps' batches in flight on the rollout group and syncs the actor's weights to it."""
 
     def __init__(self, recipe: Recipe, batcher: Any, tokenizer: Any, rollout: WorkerGroup, actor: WorkerGroup,
-                 reward: WorkerGroup, critic: WorkerGroup | None, reference: WorkerGroup | None,
+                 reward: WorkerGroup | None, critic: WorkerGroup | None, reference: WorkerGroup | None,
                  restart: Callable[[], WorkerGroup] | None = None, notify: Callable[[str], None] | None = None,
                  scorers: Sequence[TokenScorer] = ()) -> None:
         trainer, rollout_settings = recipe.trainer, recipe.rollout.settings
@@ -127,7 +129,7 @@ class SeparateRollouts:
         self.sync = WeightSync(actor, rollout, int(rollout_settings.sync_check_every))
         # A reward group of its own pool takes each chunk from the rollout ranks as it is generated; one that shares
         # the actor's processes (or runs in the driver) is sent each chunk once it is back, lest it hold up the actor.
-        own_pool = recipe.role("reward").pool not in (recipe.role("actor").pool, recipe.rollout.pool)
+        own_pool = reward is not None and recipe.role("reward").pool not in (recipe.role("actor").pool, recipe.rollout.pool)
         self.reward_takes_futures = own_pool and reward.backend == rollout.backend and reward.world_size == rollout.world_size
         self.group_filter = GroupFilterSettings.from_recipe(recipe, tokenizer.pad_token_id)
         self._in_flight: deque[StreamedRollout] = deque()

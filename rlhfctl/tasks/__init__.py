@@ -36,7 +36,8 @@ _TASKS: dict[str, Task] = {
     for task in (
         Task("digits", digits.make_prompts, digits.score, "reward = fraction of response characters that are digits",
              preferences.make_demonstrations, preferences.make_preferences),
-        Task("copy", digits.make_prompts, digits.copy_score, "reward = partial credit for reproducing the digits"),
+        Task("copy", digits.make_prompts, digits.copy_score, "reward = partial credit for reproducing the digits; demonstrations copy them",
+             digits.make_copy_demonstrations),
         Task("arithmetic", arithmetic.make_prompts, arithmetic.score,
              "reward = 1 when the final answer is the product; demonstrations call the calculator tool",
              arithmetic.make_demonstrations),

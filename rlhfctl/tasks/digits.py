@@ -22,7 +22,7 @@ from typing import Any
 
 from rlhfctl.tasks.reward_fn import check_reward_inputs
 
-__all__ = ["copy_score", "digits_pass", "exact_match_score", "make_prompts", "score"]
+__all__ = ["copy_score", "digits_pass", "exact_match_score", "make_copy_demonstrations", "make_prompts", "score"]
 
 _DIGITS = frozenset("0123456789")
 MIN_DIGITS = 3
@@ -58,6 +58,12 @@ def digits_pass(prompts: list[str], responses: list[str], threshold: float = 0.3
     fractions = score(prompts, responses, **columns)
     verdicts = [1.0 if fraction >= threshold else 0.0 for fraction in fractions]
     return [{"score": verdict, "acc": verdict, "digit_fraction": fraction} for verdict, fraction in zip(verdicts, fractions)]
+
+
+def make_copy_demonstrations(num: int, seed: int) -> list[dict[str, str]]:
+    """``num`` records ``{"prompt", "response", "ground_truth"}`` whose response is the prompt's digits, exactly as
+    :func:`copy_score` wants them (the ``copy`` task's sft data: a teacher for distillation)."""
+    return [{**record, "response": record["ground_truth"]} for record in make_prompts(num, seed)]
 
 
 def copy_score(prompts: list[str], responses: list[str], ground_truth: list[Any], **columns: Any) -> list[float]:

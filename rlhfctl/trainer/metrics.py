@@ -67,6 +67,12 @@ def batch_metrics(batch: DataProto) -> dict[str, float]:
     return metrics
 
 
+def without_reward(metrics: dict[str, float]) -> dict[str, float]:
+    """A step's metrics with the ``reward/*`` statistics dropped: a run without a reward role (distillation alone)
+    has none to report, only the zero it trains on."""
+    return {key: value for key, value in metrics.items() if not key.startswith("reward/")}
+
+
 def source_reward_metrics(rewards: torch.Tensor, columns: Any) -> dict[str, float]:
     """``reward/<source>/mean`` per ``data_source`` value (a mixture of tasks, split by task), like validation's
     ``val/<source>/reward/mean``; none without the column. A source named like one of the batch's named scores

@@ -28,7 +28,7 @@ from rlhfctl.run_signals import safe_point_pending
 from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
-from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks
+from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks, without_reward
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.rollout.colocated import Rollouts, join
@@ -80,7 +80,7 @@ class PPOTrainer(TrainerBase):
         self.kl_controller = build_kl_controller(kl.controller, kl.coef, kl.target, kl.horizon)
         self.groups = groups or build_role_groups(recipe, call_timeout_s=recipe.trainer.call_timeout_s)
         self.actor = self.groups["actor"]
-        self.reward = self.groups["reward"]
+        self.reward = self.groups.get("reward")  # None: distillation alone, every sample's task reward 0
         self.critic = self.groups.get("critic")
         self.effective = self.recipe.step  # the recipe's fallbacks and derived values (validate shows the same)
         self.reference = {"actor": self.actor, "reference": self.groups.get("reference")}.get(self.effective.reference_source)
@@ -156,7 +156,7 @@ class PPOTrainer(TrainerBase):
         # The driver's copy of the pending columns, for the metrics: fetched once the update is done, so
         # the driver is not busy when the reference pass hands over to the update on a shared machine.
         batch = join(batch, pending_ref)
-        metrics.update(batch_metrics(batch))
+        metrics.update(batch_metrics(batch) if self.reward is not None else without_reward(batch_metrics(batch)))
         metrics.update(self._kl_metrics())
         self.samples.take(batch)  # trainer.log_samples: written with the step's metrics
         metrics.update(timer.metrics())

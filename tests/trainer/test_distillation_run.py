@@ -2,9 +2,10 @@
 
 - a teacher built like the actor's initial model (same inline architecture, same seed) gives a reverse KL of
   exactly 0: distilling alone, the advantages are 0 and the policy stays where it started;
-- a larger teacher on a pool of its own gives the dense signal, logged with its log-probs;
-- validate refuses a teacher without a model, and one whose tokenizer gives the policy's tokens other ids,
-  naming both (exit 2).
+- a larger teacher on a pool of its own gives the dense signal, logged with its log-probs; distilling alone, a run
+  without a reward role trains exactly as one whose reward is only logged;
+- validate refuses a teacher without a model, one whose tokenizer gives the policy's tokens other ids (naming
+  both), and, without a reward role, what needs a reward (exit 2).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def test_a_teacher_equal_to_the_initial_policy_gives_no_signal_on_the_first_step
     assert all(r["distill/teacher_log_prob/mean"] < 0 for r in records)
 
 
-def test_a_larger_teacher_on_its_own_pool_distills_alone_or_mixed(ray_session, tmp_path):
+def test_a_larger_teacher_on_its_own_pool_distills_alone_mixed_or_without_a_reward(ray_session, tmp_path):
     own_pool = ["resource_pools.teach={process_on_nodes: [1], use_gpu: false}",
                 f"roles.teacher={{pool: teach, model: {{config: {LARGER}}}}}"]
     alone = train("quickstart.yaml", tmp_path / "alone", *RUN, *own_pool)
@@ -42,6 +43,11 @@ def test_a_larger_teacher_on_its_own_pool_distills_alone_or_mixed(ray_session, t
     assert alone[0]["distill/reverse_kl/mean"] == mixed[0]["distill/reverse_kl/mean"]
     assert alone[0]["distill/teacher_log_prob/mean"] == mixed[0]["distill/teacher_log_prob/mean"]
     assert alone[0]["reward/mean"] == mixed[0]["reward/mean"]  # the reward is scored (and logged) either way
+    # Without a reward role at all, mix 0 trains on the same advantages: the same numbers, no reward/* logged.
+    unrewarded = train("quickstart.yaml", tmp_path / "unrewarded", *RUN, *own_pool, "roles.reward=null")
+    for key in ("distill/reverse_kl/mean", "distill/teacher_log_prob/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert [r[key] for r in unrewarded] == [r[key] for r in alone], key
+    assert not any(key.startswith("reward/") for record in unrewarded for key in record)
 
 
 @pytest.fixture
@@ -73,3 +79,15 @@ def test_a_teacher_whose_tokenizer_gives_other_ids_exits_2_naming_both(recipe_fi
 def test_a_teacher_of_the_policys_tokenizer_is_valid(recipe_file):
     result = validate_cli(recipe_file, f"roles.teacher={{pool: main, model: {{config: {LARGER}}}}}")
     assert result.exit_code == 0, result.output
+
+
+def test_distillation_without_a_reward_refuses_what_needs_one(recipe_file):
+    teacher = f"roles.teacher={{pool: main, model: {{config: {INLINE}}}}}"
+    assert validate_cli(recipe_file, "roles.reward=null").exit_code == 2  # no teacher: a reward is required
+    result = validate_cli(recipe_file, "roles.reward=null", teacher, "trainer.val_every=5", "algorithm.adv_estimator=remax")
+    assert result.exit_code == 2
+    assert "trainer.val_every: validation scores responses with the reward" in result.stderr
+    assert "algorithm.adv_estimator: remax scores a greedy baseline" in result.stderr
+    mixed = validate_cli(recipe_file, "roles.reward=null", teacher, "algorithm.distillation.mix=0.5")
+    assert mixed.exit_code == 2 and "roles.reward: missing required value" in mixed.stderr
+    assert validate_cli(recipe_file, "roles.reward=null", teacher).exit_code == 0
