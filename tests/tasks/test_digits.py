@@ -70,3 +70,14 @@ def test_registry() -> None:
     with pytest.raises(UnknownTaskError, match="unknown task 'gsm9k'; bundled tasks are: arithmetic, arithmetic-direct, code_echo, copy, digits"):
         get_task("gsm9k")
     assert issubclass(UnknownTaskError, ValueError)
+
+
+def test_the_copy_tasks_demonstrations_answer_with_the_prompts_digits_and_score_1():
+    from rlhfctl.tasks.digits import make_copy_demonstrations
+
+    records = make_copy_demonstrations(8, seed=3)
+    assert [r["prompt"] for r in records] == [r["prompt"] for r in make_prompts(8, seed=3)]
+    assert all(r["response"] == r["ground_truth"] == r["prompt"][len("digits "):-1].replace(" ", "") for r in records)
+    assert copy_score([r["prompt"] for r in records], [r["response"] for r in records],
+                      ground_truth=[r["ground_truth"] for r in records]) == [1.0] * 8
+    assert get_task("copy").make_demonstrations is make_copy_demonstrations
