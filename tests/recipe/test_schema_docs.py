@@ -15,8 +15,8 @@ def test_every_field_has_help():
 
 
 def _documented_as(path: str) -> str:
-    """Model, optim and fsdp keys are documented once, as roles.<role>.model.* / .optim.* / .fsdp.*."""
-    return re.sub(r"^roles\.\w+\.(model|optim|fsdp)\.", r"roles.<role>.\1.", path)
+    """Model, optim and fsdp keys (a judge's model too) are documented once, as roles.<role>.model.* / .optim.* / .fsdp.*."""
+    return re.sub(r"^roles\.\w+(?:\.judge)?\.(model|optim|fsdp)\.", r"roles.<role>.\1.", path)
 
 
 def test_every_key_is_documented():
