@@ -73,13 +73,16 @@ class StreamedRollout:
         for chunk in self.chunks:
             generated = chunk.generated.get()
             parts.append(generated)
-            reward = self._rollouts.reward
-            rewards.append(chunk.reward if chunk.reward is not None
-                           else reward_call(reward, Done(generated), lambda batch: reward.compute_rewards.submit(batch.get())))
+            rewards.append(chunk.reward if chunk.reward is not None else self._reward_of(generated))
         batch = DataProto.concat(parts)
         self._reward = DataProto.concat([reward.get() for reward in rewards])
         self._metrics = {}
         return batch
+
+    def _reward_of(self, generated: DataProto) -> Any:
+        """The reward call of a chunk collected on the driver (none sent with it)."""
+        reward = self._rollouts.reward
+        return reward_call(reward, Done(generated), lambda batch: reward.compute_rewards.submit(batch.get()))
 
     def _filter(self, batch: DataProto) -> DataProto:
         """Dynamic sampling on the collected batch: its groups without signal dropped, more batches drawn until the

@@ -155,7 +155,7 @@ def test_the_trainer_hands_the_colocated_rollouts_a_callback_that_reaches_the_re
 
 def test_a_separate_rollout_group_names_its_batch_step_in_the_warning():
     messages = []
-    rollouts = SimpleNamespace(group_filter=settings(groups=2, batches=1), critic=None, reference=None,
+    rollouts = SimpleNamespace(group_filter=settings(groups=2, batches=1), critic=None, reference=None, scorers=(),
                                _notify=messages.append, staleness_metrics=lambda step, batch: {},
                                extra_generation=lambda step: None, sync_metrics=lambda step: {})
     first = batch_of([True, False], first_uid=0)
