@@ -12,6 +12,11 @@ whose expectation over ``y_t ~ pi_s`` is ``KL(pi_s || pi_T)`` at that position. 
 .. math:: A_t = \\mathrm{mix} \\cdot A^{\\text{task}}_t - \\mathrm{coef} \\cdot \\mathrm{rkl}_t,
 
 masked by the response mask. The term is detached: it is a reward, the gradient flows through the policy loss.
+
+With ``whiten`` the reverse KL is first centred and scaled over the batch's response tokens,
+``(rkl_t - mean) / std``: the mean is a baseline (on-policy, it leaves the expected gradient as it is), and a
+student far from its teacher (every token's gap large and of one sign) is pushed by the differences between
+tokens rather than by one shared shift.
 """
 
 from __future__ import annotations
@@ -30,10 +35,15 @@ def reverse_kl(student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor,
 
 
 def distillation_advantages(task_advantages: torch.Tensor, rkl: torch.Tensor, mask: torch.Tensor,
-                            coef: float, mix: float) -> torch.Tensor:
-    """``mix * A_task - coef * rkl`` on the response tokens (see the module docstring): the advantage the loss takes."""
+                            coef: float, mix: float, whiten: bool = False) -> torch.Tensor:
+    """``mix * A_task - coef * rkl`` on the response tokens (see the module docstring): the advantage the loss takes;
+    with ``whiten`` the reverse KL is first centred and scaled over the batch's response tokens."""
     valid = mask.to(task_advantages.dtype)
-    return (float(mix) * task_advantages - float(coef) * rkl.to(task_advantages.dtype)) * valid
+    signal = rkl.to(task_advantages.dtype)
+    if whiten:
+        centred = (signal - masked_mean(signal, valid)) * valid
+        signal = centred / (masked_mean(centred ** 2, valid).sqrt() + 1e-6)
+    return (float(mix) * task_advantages - float(coef) * signal) * valid
 
 
 def distillation_metrics(rkl: torch.Tensor, teacher_log_probs: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

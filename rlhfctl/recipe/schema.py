@@ -454,6 +454,7 @@ class DistillationConfig(Section):
 
     coef: float = _field(1.0, "weight of -(log p_student - log p_teacher) in each token's advantage", min=0)
     mix: float = _field(0.0, "weight of the task reward's advantage beside it (0: distillation alone, the reward only logged)", min=0)
+    whiten: bool = _field(False, "centre and scale the reverse KL over the batch's response tokens first (a baseline: less variance, the same expected gradient direction)")
 
 
 @dataclass(eq=False)

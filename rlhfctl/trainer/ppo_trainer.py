@@ -228,7 +228,8 @@ class PPOTrainer(TrainerBase):
         if self.effective.distillation:  # roles.teacher: each token's reverse KL to the teacher enters its advantage
             distill = algo.distillation
             tensors["reverse_kl"] = reverse_kl(batch.batch["old_log_probs"], batch.batch["teacher_log_prob"], mask)
-            advantages = distillation_advantages(advantages, tensors["reverse_kl"], mask, distill.coef, distill.mix)
+            advantages = distillation_advantages(advantages, tensors["reverse_kl"], mask, distill.coef, distill.mix,
+                                                 distill.whiten)
         tensors.update(advantages=advantages, returns=returns)
         return batch.union(DataProto.from_dict(tensors=tensors))
 

@@ -57,3 +57,13 @@ def test_vocabularies_match_when_every_student_token_has_its_id_in_the_teacher()
     assert vocabulary_mismatch({"a": 0, "b": 1}, {"a": 0, "b": 1, "c": 2}) is None  # a teacher may know more tokens
     problem = vocabulary_mismatch({"a": 0, "b": 1, "d": 2}, {"a": 0, "b": 2})
     assert problem == "2 of 3 tokens differ ('b' is 1 vs 2, 'd' is 2 vs absent)"
+
+
+def test_whitening_centres_and_scales_the_reverse_kl_over_the_response_tokens():
+    rkl = reverse_kl(_sampled_log_probs(STUDENT_LOGITS), _sampled_log_probs(TEACHER_LOGITS), MASK)
+    # Two valid tokens, 2 and SECOND: centred they are +-(2 - SECOND)/2, which is also their root mean square.
+    whitened = distillation_advantages(torch.zeros(1, 3), rkl, MASK, coef=0.5, mix=0.0, whiten=True)
+    assert whitened[0].tolist() == pytest.approx([-0.5, 0.5, 0.0], abs=1e-5)
+    task = torch.tensor([[0.5, 0.5, 0.5]])
+    mixed = distillation_advantages(task, rkl, MASK, coef=1.0, mix=1.0, whiten=True)
+    assert mixed[0].tolist() == pytest.approx([0.5 - 1.0, 0.5 + 1.0, 0.0], abs=1e-5)
