@@ -10,9 +10,9 @@ from rlhfctl.recipe import RecipeError, load_recipe, validate_recipe
 from rlhfctl.recipe.bundled import copy_bundled, find_bundled, list_bundled
 
 _WORKERS_MISSING = importlib.util.find_spec("workers") is None
-NAMES = ["70b-32gpu", "agent-pipeline", "colocated-8gpu", "dapo-quickstart", "dpo-quickstart", "lora-ppo", "pipeline-quickstart", "ppo-gae", "quickstart", "qwen2.5-0.5b-gsm8k",
+NAMES = ["70b-32gpu", "agent-pipeline", "colocated-8gpu", "dapo-quickstart", "distill-pipeline", "dpo-quickstart", "lora-ppo", "pipeline-quickstart", "ppo-gae", "quickstart", "qwen2.5-0.5b-gsm8k",
          "reasoning-gym-pipeline", "reasoning-gym-quickstart", "reward-model-quickstart", "sft-quickstart"]
-PIPELINES = ["agent-pipeline", "pipeline-quickstart", "reasoning-gym-pipeline"]  # pipeline files (rlhfctl pipeline), tested in tests/pipeline
+PIPELINES = ["agent-pipeline", "distill-pipeline", "pipeline-quickstart", "reasoning-gym-pipeline"]  # pipeline files (rlhfctl pipeline), tested in tests/pipeline
 RECIPES = [name for name in NAMES if name not in PIPELINES]
 
 
