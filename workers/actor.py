@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from rlhfctl.algorithms import agg_loss, get_policy_loss, kl_penalty, truncated_importance_weights
-from rlhfctl.algorithms.losses import importance_weight_stats
+from rlhfctl.algorithms import agg_loss, get_policy_loss, kl_penalty
+from rlhfctl.algorithms.losses import importance_token_weights, importance_weight_stats
 from rlhfctl.algorithms.masked import masked_mean
 from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 from rlhfctl.protocol import DataProto
@@ -232,20 +232,22 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         old = log_probs.detach() if on_policy else micro["old_log_probs"].to(log_probs.dtype)
         engine_log_probs = micro.get("rollout_log_probs")
         engine = None if engine_log_probs is None else engine_log_probs.to(old.dtype)
-        cap = self.rollout.get("importance_cap")
+        cap, band = self.rollout.get("importance_cap"), self.rollout.get("importance_mask")
+        band = None if band is None else (float(band[0]), float(band[1]))
         name = str(config["policy_loss"])
         weights, behaviour, weight_metrics = None, {}, {}
         if policy_loss_takes_behaviour(name):  # e.g. decoupled_ppo: the engine is the behaviour policy (None: hf)
-            if cap is not None:
-                raise ValueError(
-                    f"rollout.importance_cap and roles.actor.policy_loss={name} both weigh each token by "
-                    "pi_old/pi_engine, so it would count twice; remove rollout.importance_cap (decoupled_ppo caps "
-                    "with roles.actor.behav_imp_weight_cap)"
-                )
+            for key, value in (("importance_cap", cap), ("importance_mask", band)):
+                if value is not None:
+                    raise ValueError(
+                        f"rollout.{key} and roles.actor.policy_loss={name} both weigh each token by pi_old/pi_engine, "
+                        f"so it would count twice; remove rollout.{key} (decoupled_ppo caps with "
+                        "roles.actor.behav_imp_weight_cap)"
+                    )
             behaviour = {"behaviour_log_prob": engine}
-        elif engine is not None and cap is not None:
-            weights = truncated_importance_weights(old, engine, float(cap))
-            weight_metrics = importance_weight_stats(old, engine, mask, float(cap))
+        elif engine is not None and (cap is not None or band is not None):  # truncated and/or masked IS
+            weights = importance_token_weights(old, engine, cap=cap, band=band)
+            weight_metrics = importance_weight_stats(old, engine, mask, None if cap is None else float(cap), band)
         loss_config = dict(config)
         scale = float(config["loss_scale_factor"])  # resolved: null is the response width
         pg_loss, pg_metrics = get_policy_loss(name)(

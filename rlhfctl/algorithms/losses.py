@@ -18,7 +18,9 @@ __all__ = [
     "LOSS_AGG_MODES",
     "agg_loss",
     "entropy_from_logits",
+    "importance_token_weights",
     "importance_weight_stats",
+    "masked_importance_weights",
     "ppo_policy_loss",
     "token_log_probs",
     "value_loss",
@@ -146,16 +148,61 @@ def truncated_importance_weights(old_log_prob: torch.Tensor, rollout_log_prob: t
     return torch.exp(log_ratio).clamp(max=cap).detach()
 
 
+def masked_importance_weights(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, low: float, high: float
+) -> torch.Tensor:
+    """Token-level masked importance sampling (MIS), for a rollout engine whose log-probs differ from the trainer's
+    (Liu, Li et al. 2025, "When Speed Kills Stability: Demystifying RL Collapse from the Training-Inference
+    Mismatch", token-level MIS; verl ``rollout_rs: token`` keeps the same band):
+
+    .. math::
+        w = \\mathbb{1}\\big[\\,l \\le \\exp(\\log\\pi_{old} - \\log\\pi_{engine}) \\le h\\,\\big]
+
+    detached 0/1 weights: a token whose ratio leaves ``[low, high]`` drops out of the policy loss's sum (it keeps
+    its place in the denominator, as ``decoupled_ppo``'s ``behav_imp_weight_cap``); the others keep weight 1.
+    The log-ratio is clamped to [-20, 20] first, as in :func:`truncated_importance_weights`.
+    """
+    if not 0 <= low < high:
+        raise ValueError(f"the importance mask needs 0 <= low < high, got [{low}, {high}]")
+    log_ratio = torch.clamp(old_log_prob - rollout_log_prob, min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio.detach())
+    return ((ratio >= low) & (ratio <= high)).to(ratio.dtype)
+
+
+def importance_token_weights(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    cap: float | None = None,
+    band: tuple[float, float] | None = None,
+) -> torch.Tensor | None:
+    """The policy loss's per-token weights of ``rollout.importance_cap`` and ``rollout.importance_mask`` (one rule for
+    both): :func:`truncated_importance_weights` times :func:`masked_importance_weights`, either alone, or None when
+    neither is set. With both, a token inside the band keeps :math:`\\min(\\rho, C)` and one outside gets 0."""
+    weights = None
+    if cap is not None:
+        weights = truncated_importance_weights(old_log_prob, rollout_log_prob, float(cap))
+    if band is not None:
+        kept = masked_importance_weights(old_log_prob, rollout_log_prob, float(band[0]), float(band[1]))
+        weights = kept if weights is None else weights * kept
+    return weights
+
+
 def importance_weight_stats(
-    proximal_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor, response_mask: torch.Tensor, cap: float | None = None
+    proximal_log_prob: torch.Tensor,
+    behaviour_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    cap: float | None = None,
+    band: tuple[float, float] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Statistics of the behaviour importance weights over valid tokens, before any cap:
+    """Statistics of the behaviour importance weights over valid tokens, before any cap or mask:
 
     .. math:: w = \\exp(\\operatorname{clamp}(\\log\\pi_{prox} - \\log\\pi_{behav}, -20, 20))
 
-    ``behav_imp_weight/mean``, ``/max``, ``/min`` of :math:`w`, and ``/capped_fraction``: the share of valid
+    ``behav_imp_weight/mean``, ``/max``, ``/min`` of :math:`w`; ``/capped_fraction``: the share of valid
     tokens with :math:`w > C` (those :func:`truncated_importance_weights` truncates and ``decoupled_ppo``'s
-    ``behav_imp_weight_cap`` masks; 0 without a cap). 0-dim detached tensors; an empty mask gives 0 for each.
+    ``behav_imp_weight_cap`` masks; 0 without a cap); with ``band`` = (l, h), ``/masked_fraction``: the share of
+    valid tokens outside :math:`[l, h]` (those :func:`masked_importance_weights` masks). 0-dim detached tensors;
+    an empty mask gives 0 for each.
     """
     with torch.no_grad():
         valid = response_mask.to(torch.bool)
@@ -164,12 +211,16 @@ def importance_weight_stats(
         zero = weights.new_zeros(())
         some = valid.any()
         capped = weights > cap if cap is not None else torch.zeros_like(valid)
-        return {
+        stats = {
             "behav_imp_weight/mean": masked_mean(weights, valid),
             "behav_imp_weight/max": torch.where(some, weights.masked_fill(~valid, -torch.inf).amax(), zero),
             "behav_imp_weight/min": torch.where(some, weights.masked_fill(~valid, torch.inf).amin(), zero),
             "behav_imp_weight/capped_fraction": masked_mean(capped.to(weights.dtype), valid),
         }
+        if band is not None:
+            outside = (weights < band[0]) | (weights > band[1])
+            stats["behav_imp_weight/masked_fraction"] = masked_mean(outside.to(weights.dtype), valid)
+        return stats
 
 
 def value_loss(

@@ -79,7 +79,7 @@ def _policy_loss(recipe: Recipe) -> list[Issue]:
     """The actor's policy loss is registered, and no loss-specific setting is given to a loss that ignores it."""
     # the loss registry pulls in torch: only when the check runs
     from rlhfctl.algorithms import POLICY_LOSSES
-    from rlhfctl.algorithms.policy_losses import policy_loss_keys, policy_loss_takes_behaviour
+    from rlhfctl.algorithms.policy_losses import policy_loss_keys
 
     actor = recipe.sections.roles.actor
     if actor is None:
@@ -99,15 +99,6 @@ def _policy_loss(recipe: Recipe) -> list[Issue]:
         ))
         for setting in sorted(optional - used) if actor.get(setting) is not None
     ]
-    # The actor's own rule (policy_loss_takes_behaviour), so a custom loss that takes the behaviour log-probs is
-    # refused here as it would be at its first update, not only decoupled_ppo by name. Not recipe.step.behaviour_loss:
-    # that is decided when the recipe is resolved, before _import_modules registers a custom loss.
-    if policy_loss_takes_behaviour(name) and recipe.rollout.settings.importance_cap is not None:
-        issues.append(error("rollout.importance_cap", (
-            f"rollout.importance_cap: policy_loss {name} takes the behaviour log-probs and weighs each token by "
-            "proximal / behaviour probability already; truncated importance sampling would weigh it twice. Remove "
-            "it (decoupled_ppo caps the weight with roles.actor.behav_imp_weight_cap) or use another policy loss"
-        )))
     if actor.loss_scale_factor is not None and str(actor.loss_agg_mode) != "seq-mean-token-sum-norm":
         issues.append(error("roles.actor.loss_scale_factor", (
             "roles.actor.loss_scale_factor: only loss_agg_mode seq-mean-token-sum-norm divides by it; "

@@ -310,11 +310,7 @@ def check_rollout_engine(recipe: Recipe) -> list[Issue]:
     without it."""
     rollout = recipe.rollout
     if rollout.engine != "vllm":
-        # A rollout group of its own returns behaviour log-probs with either engine; the colocated hf actor does not.
-        if rollout.settings.importance_cap is not None and rollout.pool is None:
-            return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
-                            "(the actor samples and scores with the same weights and code)")]
-        return []
+        return []  # importance_cap / importance_mask without behaviour log-probs: check_importance
     from rlhfctl.rollout import vllm_engine  # pulls in torch: only for rollout.engine: vllm
 
     if not vllm_engine.vllm_installed():

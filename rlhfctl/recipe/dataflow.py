@@ -139,7 +139,7 @@ def training_step(recipe: Recipe) -> list[StepCall]:
                  _t("position_ids", "rows seq_len", "int64"))
     vllm = rollout.engine == "vllm"
     pool = rollout.pool
-    if vllm or pool is not None:  # the engine's own log-probs come back too, for rollout/logprob_diff and rollout.importance_cap
+    if rollout.returns_behaviour_log_probs:  # for rollout/logprob_diff, rollout.importance_cap and importance_mask
         generated += (_f("rollout_log_probs"),)
     generator = "actor" if pool is None else ROLLOUT_ROLE
     steps = [StepCall(generator, "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,

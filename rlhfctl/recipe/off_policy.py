@@ -6,8 +6,9 @@ The update is then off-policy. Two recipe keys weigh each token by the proximal 
 behaviour log-probs the rollout group returns (docs/algorithms.md, "Decoupled PPO and truncated importance
 sampling"):
 
-- ``rollout.importance_cap: C``: truncated importance sampling, with any policy loss that does not take the
-  behaviour log-probs itself;
+- ``rollout.importance_cap: C``: truncated importance sampling, and ``rollout.importance_mask: [l, h]``: masked
+  importance sampling (either or both), with any policy loss that does not take the behaviour log-probs itself
+  (:func:`importance_settings`);
 - ``roles.actor.policy_loss`` naming a loss that takes them (``decoupled_ppo``; a registered custom one too).
 
 Validate warns about staleness without either (:func:`rlhfctl.recipe.check_placement.check_staleness_correction`),
@@ -18,7 +19,12 @@ from __future__ import annotations
 
 from rlhfctl.recipe.specs import Recipe
 
-__all__ = ["CORRECTION_KEYS", "actor_update_note", "off_policy_corrections", "sample_age"]
+__all__ = ["CORRECTION_KEYS", "IMPORTANCE_KEYS", "actor_update_note", "importance_settings", "off_policy_corrections",
+           "sample_age"]
+
+IMPORTANCE_KEYS = ("importance_cap", "importance_mask")
+"""The ``rollout`` keys that weigh each token of the policy loss by the proximal / behaviour ratio (the actor's
+``importance_token_weights``); they need the behaviour log-probs and a loss that does not take them itself."""
 
 CORRECTION_KEYS = ("rollout.importance_cap: 2.0 (truncated importance sampling, the policy loss unchanged)",
                    "roles.actor.policy_loss: decoupled_ppo (optionally capped by roles.actor.behav_imp_weight_cap)")
@@ -31,15 +37,22 @@ def sample_age(recipe: Recipe) -> int:
     return int(recipe.rollout.max_staleness) if recipe.rollout.on_own_pool else 0
 
 
+def importance_settings(recipe: Recipe) -> dict[str, object]:
+    """The :data:`IMPORTANCE_KEYS` the recipe sets, by key path (``rollout.importance_cap``) with their values."""
+    settings = recipe.rollout.settings
+    return {f"rollout.{key}": getattr(settings, key) for key in IMPORTANCE_KEYS if getattr(settings, key) is not None}
+
+
 def off_policy_corrections(recipe: Recipe) -> list[str]:
     """The recipe's settings that correct the update for the behaviour policy, as ``key: value`` (none: empty)."""
-    found = []
-    cap = recipe.rollout.settings.importance_cap
-    if cap is not None:
-        found.append(f"rollout.importance_cap: {cap}")
+    found = [f"{key}: {_shown(value)}" for key, value in importance_settings(recipe).items()]
     if recipe.step.behaviour_loss:
         found.append(f"roles.actor.policy_loss: {recipe.sections.roles.actor.policy_loss}")
     return found
+
+
+def _shown(value: object) -> str:
+    return f"[{', '.join(str(item) for item in value)}]" if isinstance(value, (list, tuple)) else str(value)
 
 
 def actor_update_note(recipe: Recipe) -> str:

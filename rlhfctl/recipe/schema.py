@@ -416,6 +416,7 @@ class RolloutConfig(Section):
     sync_check_every: int = _field(10, "placement separate: at every weight version that is a multiple of this (version 0, the first sync, included), compare the rollout engine's and the actor's log-probs of a fixed probe batch (rollout/sync_check_diff; 0: never)", min=0)
     stream_chunks: int = _field(1, "placement separate: generate each step's prompts in this many calls, the reward scoring each one as it finishes", min=1)
     importance_cap: Optional[float] = _field(None, "vllm engine: truncated importance sampling, each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
+    importance_mask: Optional[List[float]] = _field(None, "vllm engine or a rollout group of its own: masked importance sampling, [low, high] with 0 <= low < high; a token whose exp(old - engine log-prob) leaves the band drops out of the policy loss's sum, the others keep weight 1 (times the importance_cap truncation when that is set too) (null: off)", min=0, min_items=2, max_items=2)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
     multi_turn: MultiTurnConfig = _field(doc="agent rollouts with tools over several turns", factory=MultiTurnConfig)
     agent_server: AgentServerConfig = _field(doc="an OpenAI-compatible endpoint per rollout rank, so any agent program is the rollout", factory=AgentServerConfig)

@@ -99,6 +99,12 @@ class RolloutSpec:
     environment: EnvironmentChoice | None = None
     """What ``rollout.environment`` names (None: unset); with it usable, ``settings.multi_turn`` runs its adapter."""
 
+    @property
+    def returns_behaviour_log_probs(self) -> bool:
+        """Whether generation returns the sampling engine's own log-probs (``rollout_log_probs``): the vllm engine, or a
+        rollout group of its own with either engine; the colocated hf actor samples and scores with the same code."""
+        return self.engine == "vllm" or self.pool is not None
+
 
 @dataclass(frozen=True)
 class StepFacts:

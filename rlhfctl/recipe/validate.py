@@ -14,6 +14,7 @@ from rlhfctl.recipe.check_agent_server import check_agent_server
 from rlhfctl.recipe.check_algorithm import check_algorithm, check_stage, stage_recipe
 from rlhfctl.recipe.check_distillation import check_distillation
 from rlhfctl.recipe.check_environments import check_environments
+from rlhfctl.recipe.check_importance import check_importance_correction
 from rlhfctl.recipe.check_judge import check_judge, judge_notes
 from rlhfctl.recipe.check_placement import check_placement, check_staleness_correction
 from rlhfctl.recipe.check_remote_reward import check_remote_reward
@@ -129,7 +130,7 @@ RUN_CHECKS: tuple[Check, ...] = (check_loggers, check_restarts, check_tasks)
 PPO_CHECKS: tuple[Check, ...] = (
     check_pools, check_workers,                                           # where the roles run, and with what
     check_algorithm, check_data, check_models, check_distillation,        # the step, its data and models
-    check_rollout_engine, check_tensor_parallel, check_environments, check_agents, check_agent_server, check_sandbox,  # the rollout
+    check_rollout_engine, check_importance_correction, check_tensor_parallel, check_environments, check_agents, check_agent_server, check_sandbox,  # the rollout
     check_placement, check_staleness_correction,                          # placement and staleness
     check_judge,                                                          # the reward's LLM judge
     check_remote_reward,                                                  # the reward service over HTTP
