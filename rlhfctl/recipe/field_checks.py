@@ -236,9 +236,9 @@ def _task_name_problem(name: str) -> str | None:
 
 
 def _task_name_pattern() -> str:
-    from rlhfctl.tasks.reasoning_gym import NAME_PATTERN
+    from rlhfctl.tasks import task_name_pattern
 
-    return NAME_PATTERN
+    return task_name_pattern()
 
 
 def _overlong() -> tuple[str, ...]:

@@ -336,7 +336,7 @@ class DataConfig(Section):
 
     train_files: Optional[List[str]] = _field(None, "prompt files (.jsonl, .json, .parquet, .csv, or a datasets save_to_disk directory), relative to the working directory")
     val_files: Optional[List[str]] = _field(None, "validation prompt files (null: none, or the task's validation split)")
-    task: Optional[str] = _field(None, "task used when train_files is null: a bundled one, or reasoning_gym:<dataset>[?key=value&...] (pip install 'rlhfctl[reasoning-gym]')", choices="tasks")
+    task: Optional[str] = _field(None, "task used when train_files is null: a bundled one (repeat takes ?max_len=&alpha=), or reasoning_gym:<dataset>[?key=value&...] (pip install 'rlhfctl[reasoning-gym]')", choices="tasks")
     tasks: Optional[List[Dict[str, Any]]] = _field(None, "a weighted mixture of reasoning-gym tasks instead of data.task, each {name: reasoning_gym:<dataset>[?key=value&...], weight: 1}; each task's share of the prompts follows its weight")
     num_train: int = _field(512, "training prompts generated for a task", min=1)
     num_val: int = _field(64, "validation prompts generated for a task", min=0)

@@ -1,8 +1,9 @@
 """Tasks, generated at run time, that recipes name with ``data.task`` (or mix with ``data.tasks``) instead of files.
 
-A task name is a bundled task (``digits``, ``arithmetic``, ...) or a reasoning-gym dataset,
-``reasoning_gym:<dataset>[?key=value&...]`` (:mod:`rlhfctl.tasks.reasoning_gym`, resolved on first use, so
-reasoning-gym is imported only by recipes that name it). :func:`task_name_problem` is the one rule of what
+A task name is a bundled task (``digits``, ``arithmetic``, ...), a bundled task with settings,
+``repeat[?key=value&...]`` (:mod:`rlhfctl.tasks.task_query` reads the query, the task checks its keys), or a
+reasoning-gym dataset, ``reasoning_gym:<dataset>[?key=value&...]`` (:mod:`rlhfctl.tasks.reasoning_gym`, resolved
+on first use, so reasoning-gym is imported only by recipes that name it). :func:`task_name_problem` is the one rule of what
 names a task: the recipe's choice check of ``data.task``, the ``data.tasks`` check and :func:`get_task` read it.
 """
 
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlhfctl.tasks import arithmetic, code_echo, digits, mixture, preferences, reasoning_gym
+from rlhfctl.tasks import arithmetic, code_echo, digits, mixture, preferences, reasoning_gym, repeat
 from rlhfctl.tasks.reward_fn import RewardFn, check_reward_inputs
 from rlhfctl.tasks.task import Task, UnknownTaskError
+from rlhfctl.tasks.task_query import parse_query, split_name
 
 __all__ = [
     "RewardFn",
@@ -26,6 +28,7 @@ __all__ = [
     "get_task",
     "mixture_problems",
     "mixture_task",
+    "task_name_pattern",
     "task_name_problem",
     "task_names",
 ]
@@ -50,12 +53,23 @@ _TASKS: dict[str, Task] = {
     )
 }
 
+#: Bundled tasks that take settings in their name (``repeat?max_len=8``): name -> the builder of the task a name
+#: and its parsed query give (raising UnknownTaskError for a setting it does not take).
+_TASKS_WITH_SETTINGS: dict[str, Callable[[str, Mapping[str, Any]], Task]] = {repeat.NAME: repeat.task}
+
 _REASONING_GYM_FORM = f"{reasoning_gym.PREFIX}<dataset>[?key=value&...]"
 
 
 def task_names() -> list[str]:
     """The bundled task names (a reasoning-gym task is any ``reasoning_gym:<dataset>``), for help texts and errors."""
-    return sorted(_TASKS)
+    return sorted([*_TASKS, *_TASKS_WITH_SETTINGS])
+
+
+def task_name_pattern() -> str:
+    """The form of the task names beyond :func:`task_names` (a bundled task with settings, a reasoning-gym dataset),
+    for the JSON Schema; whether the settings or the dataset exist is checked on load."""
+    with_settings = "|".join(sorted(_TASKS_WITH_SETTINGS))
+    return rf"^({reasoning_gym.NAME_FORM}|({with_settings})\?.*)$"
 
 
 def task_name_problem(name: str) -> str | None:
@@ -65,6 +79,15 @@ def task_name_problem(name: str) -> str | None:
         return reasoning_gym.name_problem(name)
     if name in _TASKS:
         return None
+    base, query = split_name(str(name))
+    if base in _TASKS_WITH_SETTINGS:
+        try:
+            _task_with_settings(name)
+        except UnknownTaskError as failure:
+            return str(failure)
+        return None
+    if base in _TASKS:
+        return _takes_no_settings(name, base)
     close = difflib.get_close_matches(str(name), task_names(), n=1, cutoff=0.6)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     return f"{name!r} is not one of: {', '.join(task_names())}, or {_REASONING_GYM_FORM}{hint}"
@@ -74,13 +97,28 @@ def get_task(name: str) -> Task:
     """Look up a task by name: a bundled one (``"digits"``) or ``reasoning_gym:<dataset>[?key=value&...]``."""
     if reasoning_gym.is_reasoning_gym_name(name):
         return _reasoning_gym_task(name)
+    base = split_name(name)[0]
+    if base in _TASKS_WITH_SETTINGS:
+        return _task_with_settings(name)
     try:
         return _TASKS[name]
     except KeyError:
+        if base in _TASKS:
+            raise UnknownTaskError(_takes_no_settings(name, base)) from None
         raise UnknownTaskError(
             f"unknown task {name!r}; bundled tasks are: {', '.join(task_names())}; "
             f"or {_REASONING_GYM_FORM} ({reasoning_gym.INSTALL_HINT})"
         ) from None
+
+
+def _takes_no_settings(name: str, base: str) -> str:
+    return f"{name!r}: the {base} task takes no settings; write {base}"
+
+
+@functools.lru_cache(maxsize=64)
+def _task_with_settings(name: str) -> Task:
+    base, query = split_name(name)
+    return _TASKS_WITH_SETTINGS[base](name, parse_query(name, query))
 
 
 @functools.lru_cache(maxsize=64)

@@ -26,16 +26,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from rlhfctl.errors import UserError
 from rlhfctl.tasks.reward_fn import check_reward_inputs
+from rlhfctl.tasks.task_query import TaskQueryError, parse_query, split_name
 
 __all__ = [
     "ENTRY_COLUMN",
     "INSTALL_HINT",
     "INSTRUCTION",
-    "NAME_PATTERN",
+    "NAME_FORM",
     "PREFIX",
     "DatasetSpec",
     "ReasoningGymTaskError",
@@ -54,8 +53,9 @@ __all__ = [
 PREFIX = "reasoning_gym:"
 """Task names that start with this name a reasoning-gym dataset."""
 
-NAME_PATTERN = r"^reasoning_gym:[A-Za-z0-9_]+(\?.*)?$"
-"""The form of a reasoning-gym task name (the JSON Schema's; whether the dataset exists is checked on load)."""
+NAME_FORM = r"reasoning_gym:[A-Za-z0-9_]+(\?.*)?"
+"""The form of a reasoning-gym task name, a regular expression that the JSON Schema's pattern of task names joins
+with the others (:func:`rlhfctl.tasks.task_name_pattern`); whether the dataset exists is checked on load."""
 
 INSTALL_HINT = "pip install 'rlhfctl[reasoning-gym]'"
 
@@ -94,22 +94,16 @@ def parse_name(name: str) -> DatasetSpec:
     """``reasoning_gym:<dataset>[?key=value&...]`` -> DatasetSpec; ReasoningGymTaskError when malformed."""
     if not is_reasoning_gym_name(name):
         raise ReasoningGymTaskError(f"{name!r} is not a reasoning-gym task name ({PREFIX}<dataset>[?key=value&...])")
-    dataset, _, query = name[len(PREFIX):].partition("?")
+    dataset, query = split_name(name[len(PREFIX):])
     if not dataset:
         raise ReasoningGymTaskError(f"{name!r} names no dataset; write {PREFIX}<dataset>, e.g. {PREFIX}leg_counting")
-    config: dict[str, Any] = {}
-    for part in filter(None, query.split("&")):
-        key, equals, text = part.partition("=")
-        if not equals or not key:
-            raise ReasoningGymTaskError(f"{name!r}: {part!r} is not key=value in the query")
-        if key in config:
-            raise ReasoningGymTaskError(f"{name!r}: {key!r} is set twice in the query")
+    try:
+        config = parse_query(name, query)
+    except TaskQueryError as failure:
+        raise ReasoningGymTaskError(str(failure)) from None
+    for key in config:
         if key in _SET_BY_RLHFCTL:
             raise ReasoningGymTaskError(f"{name!r}: {key!r} is set by rlhfctl ({_SET_BY_RLHFCTL[key]}); remove it from the query")
-        try:
-            config[key] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ReasoningGymTaskError(f"{name!r}: the value of {key!r} ({text!r}) is not a YAML scalar or list") from None
     return DatasetSpec(dataset, config)
 
 

@@ -67,7 +67,7 @@ def test_registry() -> None:
                          ground_truth=[r["ground_truth"] for r in records])
     assert rewards == [1.0] * 4
     assert get_task("copy").score is copy_score
-    with pytest.raises(UnknownTaskError, match="unknown task 'gsm9k'; bundled tasks are: arithmetic, arithmetic-direct, code_echo, copy, digits"):
+    with pytest.raises(UnknownTaskError, match="unknown task 'gsm9k'; bundled tasks are: arithmetic, arithmetic-direct, code_echo, copy, digits, repeat"):
         get_task("gsm9k")
     assert issubclass(UnknownTaskError, ValueError)
 

@@ -150,7 +150,7 @@ def test_a_recipes_mixture_is_what_the_trainer_reads():
     ("data.task=reasoning_gym:leg_counting?min_animals=0", "reasoning-gym rejects the config of leg_counting: min_animals must be positive"),
     ("data.task=reasoning_gym:leg_counting?seed=3", "'seed' is set by rlhfctl (trainer.seed)"),
     ("data.task=reasoning_gym:leg_counting?min_animals", "'min_animals' is not key=value in the query"),
-    ("data.task=digts", "'digts' is not one of: arithmetic, arithmetic-direct, code_echo, copy, digits, or reasoning_gym:<dataset>"),
+    ("data.task=digts", "'digts' is not one of: arithmetic, arithmetic-direct, code_echo, copy, digits, repeat, or reasoning_gym:<dataset>"),
 ])
 def test_a_bad_task_name_is_a_load_error_naming_data_task(override, expected):
     with pytest.raises(RecipeError) as caught:
