@@ -310,8 +310,9 @@ def check_rollout_engine(recipe: Recipe) -> list[Issue]:
     without it."""
     rollout = recipe.rollout
     if rollout.engine != "vllm":
-        # A rollout group of its own returns behaviour log-probs with either engine; the colocated hf actor does not.
-        if rollout.settings.importance_cap is not None and rollout.pool is None:
+        # A rollout group of its own, or rollout.dtype apart from the actor's, returns behaviour log-probs; the
+        # colocated hf actor in its own precision does not.
+        if rollout.settings.importance_cap is not None and not rollout.engine_log_probs:
             return [warning("rollout.importance_cap", "rollout.importance_cap: has no effect with rollout.engine: hf "
                             "(the actor samples and scores with the same weights and code)")]
         return []
