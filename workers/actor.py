@@ -13,9 +13,9 @@ from rlhfctl.algorithms.losses import importance_token_weights, importance_weigh
 from rlhfctl.algorithms.masked import masked_mean
 from rlhfctl.algorithms.policy_losses import policy_loss_takes_behaviour
 from rlhfctl.protocol import DataProto
-from rlhfctl.recipe.resolve import rollout_on_own_pool, samples_per_rank
+from rlhfctl.recipe.resolve import samples_per_rank
 from rlhfctl.single_controller import Dispatch, register
-from rlhfctl.engine.placement import scoring, serving
+from rlhfctl.engine.placement import compute_dtype, scoring, serving
 from rlhfctl.engine.log_probs import position_ids_from_mask, sequence_log_probs
 from rlhfctl.engine.memory import StateObserver
 from rlhfctl.engine.micro_batches import loss_token_counts
@@ -81,19 +81,24 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
     def init_model(self) -> None:
         """Build tokenizer, model (plus LoRA adapter), placed by ``roles.actor.strategy`` (FSDP2 shards or a
         DDP replica, float32 master weights computing in ``model.dtype``), optimizer and LR scheduler; then the
-        agent rollout and, with ``rollout.engine: vllm`` colocated, this rank's engine (its first sync probed)."""
+        agent rollout and, colocated, this rank's engine in ``rollout.dtype``: vLLM's (its first sync probed), or
+        with hf in a precision apart from the actor's, the copy of the model it samples from."""
         self._init_trained_model()
         self.generator.bind(self.module, self.tokenizer, self.device, serving=lambda: serving(self.module, self.engine))
         self.generator.start_agent()
-        if self.rollout["engine"] == "vllm" and not rollout_on_own_pool(self.rollout):
-            # separate: the rollout group holds the engines
+        rollout = self.recipe.rollout
+        if rollout.on_own_pool:
+            return  # the rollout group holds the engines
+        if rollout.engine == "vllm":
             self.generator.start_vllm(
                 prompt_length=int(self.recipe.data.max_prompt_length),
-                dtype=self.model_cfg["dtype"],
+                dtype=rollout.dtype,
                 local_rank=self.local_rank,
                 local_world_size=self._rank_info.local_world_size,
                 probe_gap=self._probe_gap,
             )
+        elif rollout.own_precision:
+            self.generator.start_replica(self.model_cfg, compute_dtype(rollout.dtype))
 
     def _probe_gap(self, probe: DataProto) -> tuple[float, int]:
         """The actor's log-probs of a sync probe's samples against the engine's: mean gap and token count."""
@@ -185,6 +190,7 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         if "actor/logprob_diff" in named:
             named["rollout/logprob_diff"] = named.pop("actor/logprob_diff")
         named["actor/lr"] = lr
+        self.generator.weights_changed()
         if self.rollout_engine is not None:
             if self.device.type == "cuda":
                 self.optimizer.zero_grad(set_to_none=True)  # gradients are not needed until the next update
@@ -211,6 +217,7 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
 
     def _after_load(self) -> None:
         """The engine takes the restored weights before its next rollout."""
+        self.generator.weights_changed()
         if self.rollout_engine is not None:
             self.rollout_engine.weights_current = False
 
@@ -236,7 +243,7 @@ class ActorWorker(ResponseScoring, PolicyModelWorker, WeightSender):
         band = None if band is None else (float(band[0]), float(band[1]))
         name = str(config["policy_loss"])
         weights, behaviour, weight_metrics = None, {}, {}
-        if policy_loss_takes_behaviour(name):  # e.g. decoupled_ppo: the engine is the behaviour policy (None: hf)
+        if policy_loss_takes_behaviour(name):  # e.g. decoupled_ppo: the engine is the behaviour policy (None: the actor itself)
             for key, value in (("importance_cap", cap), ("importance_mask", band)):
                 if value is not None:
                     raise ValueError(

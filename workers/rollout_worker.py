@@ -1,6 +1,6 @@
 """RolloutWorker: the rollout group of ``rollout.placement: separate``, generating on a pool of its own.
 
-Each rank holds one engine replica: the hf decoding loop over the actor's model in its compute dtype (no
+Each rank holds one engine replica: the hf decoding loop over the actor's model in ``rollout.dtype`` (no
 optimizer, no gradients), or a vLLM engine, which then holds the only copy of the weights (the HF model
 keeps its config alone once the engine has loaded them). With ``rollout.vllm.tensor_parallel_size`` t > 1
 an engine spans t consecutive ranks, each holding one shard: the group joins a torch.distributed world of
@@ -24,10 +24,11 @@ from rlhfctl.models.loading import load_causal_lm, load_tokenizer
 from rlhfctl.protocol import DataProto
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import Dispatch, register
-from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, EngineSettings, engine_settings, materialize
+from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, EngineSettings, compute_dtype, materialize
 from workers.role import RoleWorker
 from rlhfctl.rollout.agent_rollout import AgentRollout
 from rlhfctl.rollout.generator import Generator
+from rlhfctl.rollout.precision_replica import copy_weights
 from rlhfctl.rollout.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
 from rlhfctl.engine.seeding import generation_seed_parts
 from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel
@@ -68,11 +69,11 @@ class RolloutWorker(RoleWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
-        """The tokenizer and the actor's initial model in its compute dtype; with ``rollout.engine: vllm`` the engine,
-        loaded from that model, which then keeps only its config."""
+        """The tokenizer and the actor's initial model in ``rollout.dtype`` (null: the actor's compute dtype); with
+        ``rollout.engine: vllm`` the engine, loaded from that model, which then keeps only its config."""
         trust = bool(self.model_cfg["trust_remote_code"])
         self.tokenizer = load_tokenizer(self.model_cfg, trust_remote_code=trust)
-        compute = engine_settings(self.recipe, "actor", self.model_cfg["dtype"], 1, trainable=False).compute_dtype
+        compute = compute_dtype(self.recipe.rollout.dtype)
         self.engine = EngineSettings(strategy="ddp", compute_dtype=compute, trainable=False)
         vllm = self.rollout["engine"] == "vllm"
         # An engine over several ranks (vLLM's external launcher) needs the group's torch.distributed world.
@@ -91,7 +92,7 @@ class RolloutWorker(RoleWorker):
             # This rank's replica; it never sleeps (its pool trains nothing).
             self.generator.start_vllm(
                 prompt_length=int(self.recipe.data.max_prompt_length),
-                dtype=self.model_cfg["dtype"],
+                dtype=self.recipe.rollout.dtype,
                 local_rank=self.local_rank,
                 local_world_size=self._rank_info.local_world_size,
             )
@@ -119,26 +120,12 @@ class RolloutWorker(RoleWorker):
         if self.rollout_engine is not None:
             self.rollout_engine.load(self.channel.receive())
         else:
-            self._copy_into_model(self.channel.receive())
+            copy_weights(self.model, self.channel.receive(), f"{self.role} rank {self.rank}")
         self.policy_version = int(version)
         end, arrival = time.perf_counter(), self.channel.first_arrival or start
         # The transfer itself, and apart the time spent waiting for the actor to start sending (its update, or at
         # k >= 1 the generation this call queued behind is over before the call starts).
         return {"time/weight_receive": end - arrival, "time/weight_sync_wait": arrival - start}
-
-    def _copy_into_model(self, weights: Any) -> None:
-        """Copy each received tensor into the parameter of the same name; every parameter must arrive."""
-        parameters = dict(self.model.named_parameters())
-        missing = set(parameters)
-        with torch.no_grad():
-            for name, tensor in weights:
-                target = parameters.get(name)
-                if target is None:
-                    raise KeyError(f"{self.role} rank {self.rank}: the actor sent weight '{name}', which the rollout model lacks")
-                target.copy_(tensor)
-                missing.discard(name)
-        if missing:
-            raise KeyError(f"{self.role} rank {self.rank}: the weight sync missed {sorted(missing)[:5]}")
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)

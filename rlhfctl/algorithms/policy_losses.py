@@ -6,7 +6,7 @@ actor's loss settings (``clip_ratio_low``, ``clip_ratio_high``, ``clip_ratio_c``
 ``loss_scale_factor``); ``token_weights`` (detached, e.g. truncated importance weights) multiply the token
 losses. Metrics are 0-dim detached tensors named as verl's without the ``actor/`` prefix. A loss that declares
 the keyword ``behaviour_log_prob=None`` also gets the log-probs of the behaviour policy that sampled the tokens
-(the vllm engine's ``rollout_log_probs``; None where the actor sampled them itself, the hf engine).
+(the engine's ``rollout_log_probs``; None where the actor sampled them itself: the colocated hf engine in its dtype).
 
 Each built-in but ``decoupled_ppo`` (which verl does not have) is numerically equal to the function of the same
 name in verl 0.9 ``verl.trainer.ppo.core_algos`` (tests/algorithms/fixtures/make_verl_policy_losses.py). A key

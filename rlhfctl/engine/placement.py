@@ -110,6 +110,12 @@ class EngineSettings:
         return self.strategy == "ddp" and self.storage_dtype != self.compute_dtype
 
 
+def compute_dtype(model_dtype: Any) -> torch.dtype:
+    """The torch dtype a recipe's dtype name computes in (``model.dtype``, ``rollout.dtype``): ``auto`` is float32."""
+    dtype = resolve_dtype(model_dtype)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
+
+
 def engine_settings(
     recipe: Recipe | Mapping[str, Any], role: str, model_dtype: Any, world_size: int, *, trainable: bool
 ) -> EngineSettings:
@@ -118,8 +124,7 @@ def engine_settings(
     resolved = recipe if isinstance(recipe, Recipe) else resolve_mapping(recipe)
     spec = resolved.roles.get(role)
     fsdp = spec.settings.fsdp if spec is not None else FsdpConfig()
-    dtype = resolve_dtype(model_dtype)
-    compute = dtype if isinstance(dtype, torch.dtype) else torch.float32
+    compute = compute_dtype(model_dtype)
     return EngineSettings(
         strategy=resolve_strategy(spec.settings.get("strategy") if spec is not None else None, world_size),
         compute_dtype=compute,

@@ -28,7 +28,7 @@ def check_importance_correction(recipe: Recipe) -> list[Issue]:
                 f"behaviour probability already; {_WHAT[key]} would weigh it twice. Remove it (decoupled_ppo caps the "
                 "weight with roles.actor.behav_imp_weight_cap) or use another policy loss"
             )))
-        elif not recipe.rollout.returns_behaviour_log_probs:
+        elif not recipe.rollout.engine_log_probs:
             issues.append(warning(key, f"{key}: has no effect with rollout.engine: hf "
                                        "(the actor samples and scores with the same weights and code)"))
     return issues

@@ -107,15 +107,15 @@ def _driver(recipe: Recipe) -> list[StepCall]:
     return calls
 
 
-def _actor_update(step: StepFacts, vllm: bool, separate: bool, policy_note: str) -> StepCall:
-    """The policy update, with the optional inputs this recipe gives it (the engine's log-probs with vllm or a
-    rollout group of its own)."""
+def _actor_update(step: StepFacts, vllm: bool, separate: bool, engine_log_probs: bool, policy_note: str) -> StepCall:
+    """The policy update, with the optional inputs this recipe gives it (the engine's log-probs where the engine returns
+    them: ``RolloutSpec.engine_log_probs``)."""
     actor_inputs = [*_SEQUENCE, _MASK, _f("advantages")]
     if step.needs_old_log_probs:
         actor_inputs.append(_f("old_log_probs"))
     if step.kl_loss:
         actor_inputs.append(_f("ref_log_prob"))
-    if vllm or separate:
+    if engine_log_probs:
         actor_inputs.append(_f("rollout_log_probs"))
     note = policy_note  # on- or off-policy (rlhfctl.recipe.off_policy)
     if vllm and not separate:
@@ -139,7 +139,7 @@ def training_step(recipe: Recipe) -> list[StepCall]:
                  _t("position_ids", "rows seq_len", "int64"))
     vllm = rollout.engine == "vllm"
     pool = rollout.pool
-    if rollout.returns_behaviour_log_probs:  # for rollout/logprob_diff, rollout.importance_cap and importance_mask
+    if rollout.engine_log_probs:  # the engine's own log-probs come back too, for rollout/logprob_diff, rollout.importance_cap and importance_mask
         generated += (_f("rollout_log_probs"),)
     generator = "actor" if pool is None else ROLLOUT_ROLE
     steps = [StepCall(generator, "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
@@ -157,13 +157,22 @@ def training_step(recipe: Recipe) -> list[StepCall]:
     if step.has_critic:
         steps.append(StepCall("critic", "update_critic", "value-loss update", "samples",
                               (*_SEQUENCE, _MASK, _f("values"), _f("returns")), updates=True))
-    steps.append(_actor_update(step, vllm, pool is not None, actor_update_note(recipe)))
+    steps.append(_actor_update(step, vllm, pool is not None, rollout.engine_log_probs, actor_update_note(recipe)))
     if pool is not None:
         steps += _weight_sync(rollout.sync_every)
     return steps
 
 
 def _engine_note(recipe: Recipe, vllm: bool, pool: str | None) -> str:
+    """Where the responses are sampled (the actor's ranks, or the rollout group's engine replicas), and in which
+    dtype when ``rollout.dtype`` sets one apart from the actor's."""
+    where = _engine_place(recipe, vllm, pool)
+    if not recipe.rollout.own_precision:
+        return where
+    return f"{where}; sampled in {recipe.rollout.dtype} (rollout.dtype), behaviour log-probs returned"
+
+
+def _engine_place(recipe: Recipe, vllm: bool, pool: str | None) -> str:
     """Where the responses are sampled: the actor's ranks, or the rollout group's engine replicas."""
     if pool is not None:
         chunks = int(recipe.rollout.settings.stream_chunks)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -38,7 +38,9 @@ __all__ = [
     "Phase",
     "PlannedRole",
     "Term",
+    "dtype_bytes",
     "engine_fit",
+    "engine_shape",
     "generating_role",
     "generation_rows",
     "model_shape",
@@ -178,6 +180,19 @@ def model_shape(model: torch.nn.Module, causal: bool, compute_bytes: int) -> Mod
         attention_heads=heads, kv_heads=kv_heads, head_dim=head_dim, experts=experts,
         intermediate_size=int(getattr(config, "intermediate_size", None) or 0),
     )
+
+
+def dtype_bytes(dtype: Any) -> int:
+    """Bytes per element of a recipe dtype name (``auto``: float32, as the engine computes it)."""
+    from rlhfctl.models.loading import resolve_dtype  # keeps transformers off the CLI's fast path
+
+    resolved = resolve_dtype(str(dtype))
+    return torch.tensor([], dtype=resolved if isinstance(resolved, torch.dtype) else torch.float32).element_size()
+
+
+def engine_shape(recipe: Recipe, shape: ModelShape) -> ModelShape:
+    """The generating role's model as its rollout engine holds it: weights, KV cache and activations in ``rollout.dtype``."""
+    return replace(shape, compute_bytes=dtype_bytes(recipe.rollout.dtype))
 
 
 def _active_intermediate(config: Any) -> tuple[int, str]:
@@ -385,7 +400,7 @@ class _Engine:
 def _vllm_engine(recipe: Recipe, holder: PlannedRole, use_gpu: bool, device_memory: int | None) -> _Engine:
     """vLLM's share while awake (``gpu_memory_utilization`` x the device) and its residue asleep; on CPU its weights + KV.
     ``holder`` is the generating role; the rollout group's engine never sleeps (its pool trains nothing)."""
-    settings, role, shape = engine_settings(recipe.rollout.settings), holder.memory.role, holder.shape
+    settings, role, shape = engine_settings(recipe.rollout.settings), holder.memory.role, engine_shape(recipe, holder.shape)
     t = int(settings["tensor_parallel_size"])
     if not use_gpu:
         weights = math.ceil(served_parameters(holder) / t) * shape.compute_bytes
@@ -470,7 +485,7 @@ def _tensor_parallel_options(shape: ModelShape, nodes: tuple[int, ...]) -> list[
 def engine_fit(recipe: Recipe, holder: PlannedRole, nodes: tuple[int, ...], device_memory: int) -> EngineFit:
     """The vLLM engine of the generating role ``holder``, on a pool of ``nodes`` ranks per node, against its share of
     a ``device_memory`` device."""
-    settings, shape, served = engine_settings(recipe.rollout.settings), holder.shape, served_parameters(holder)
+    settings, shape, served = engine_settings(recipe.rollout.settings), engine_shape(recipe, holder.shape), served_parameters(holder)
     t, tokens = int(settings["tensor_parallel_size"]), sequence_length(recipe)
     weights, kv = _engine_bytes(shape, served, t, tokens)
     options = tuple((size, sum(_engine_bytes(shape, served, size, tokens)))
@@ -483,15 +498,17 @@ def engine_fit(recipe: Recipe, holder: PlannedRole, nodes: tuple[int, ...], devi
 
 
 def _hf_rollout(recipe: Recipe, holder: PlannedRole, rank: int) -> tuple[Term, ...]:
-    """The hf sampler of the generating role (the actor, or a rollout rank's replica): the whole model gathered (fsdp2),
-    the KV cache, the prefill's activations, the step's logits."""
-    role, shape = holder.memory.role, holder.shape
+    """The hf sampler of the generating role (the actor, or a rollout rank's replica): the whole model gathered (fsdp2;
+    not with the actor's copy in ``rollout.dtype``, see :func:`_hf_copy`), the KV cache, the prefill's activations,
+    the step's logits, in ``rollout.dtype``."""
+    role, shape = holder.memory.role, engine_shape(recipe, holder.shape)
     rows = generation_rows(recipe, holder.memory.world_size)
     prompt, length = int(recipe.data.max_prompt_length), sequence_length(recipe)
     kv = holder.memory.ranks[rank].kv_cache_bytes
     prefill = rows * prompt * shape.forward_width * shape.compute_bytes
     sampling = rows * shape.vocab * _FP32 * LOGIT_FP32_COPIES
-    return tuple(_gathered_weights(holder)) + (
+    gathered = [] if _hf_copy(recipe, holder) is not None else _gathered_weights(holder)
+    return tuple(gathered) + (
         Term(f"{role} KV cache", role, "kv_cache", kv,
              f"{rows} rows x {length} tokens x {shape.layers} layers x KV width {shape.kv_dim} x 2 x {shape.compute_bytes} B"),
         Term(f"{role} activations", role, "activations", prefill,
@@ -500,8 +517,19 @@ def _hf_rollout(recipe: Recipe, holder: PlannedRole, rank: int) -> tuple[Term, .
     )
 
 
+def _hf_copy(recipe: Recipe, holder: PlannedRole) -> _Engine | None:
+    """The colocated hf engine's copy of the actor's model in ``rollout.dtype`` apart from the actor's
+    (``rlhfctl/rollout/precision_replica.py``): a whole replica on every rank, kept between rollouts; else None."""
+    if holder.memory.role == ROLLOUT_ROLE or rollout_engine(recipe) != "hf" or not recipe.rollout.own_precision:
+        return None
+    served, c = served_parameters(holder), dtype_bytes(recipe.rollout.dtype)
+    term = Term(f"{holder.memory.role} rollout copy", holder.memory.role, "engine", served * c,
+                f"{_count(served)} params x {c} B: the hf engine's whole copy in rollout.dtype {recipe.rollout.dtype}")
+    return _Engine((term,), (term,))
+
+
 def _sync_bucket(recipe: Recipe, shape: ModelShape) -> tuple[int, str]:
-    """Bytes of one weight-sync bucket in compute dtype, and its formula: ``rollout.vllm.sync_bucket_mib``, or the
+    """Bytes of one weight-sync bucket in ``shape``'s dtype (the engine's), and its formula: ``rollout.vllm.sync_bucket_mib``, or the
     largest tensor when that is larger (a bucket holds whole tensors), at most the whole model."""
     mib, c = float(engine_settings(recipe.rollout.settings)["sync_bucket_mib"]), shape.compute_bytes
     size = min(shape.parameters * c, max(int(mib * 2**20), shape.largest_tensor * c))
@@ -510,11 +538,11 @@ def _sync_bucket(recipe: Recipe, shape: ModelShape) -> tuple[int, str]:
 
 
 def _send_terms(recipe: Recipe, actor: PlannedRole, rank: int) -> list[Term]:
-    """The actor's end of a sync: every rank gathers (fsdp2) or casts one bucket at a time in compute dtype, never the
+    """The actor's end of a sync: every rank gathers (fsdp2) or casts one bucket at a time in rollout.dtype, never the
     whole model; rank 0 also packs it into the byte buffer it broadcasts to the rollout ranks."""
-    size, rule = _sync_bucket(recipe, actor.shape)
+    size, rule = _sync_bucket(recipe, engine_shape(recipe, actor.shape))  # cast to rollout.dtype
     how = ("FSDP2 all-gathers a bucket at a time, never the whole model" if actor.memory.strategy == "fsdp2"
-           else "cast to compute dtype a bucket at a time")
+           else "cast to rollout.dtype a bucket at a time")
     terms = [Term("actor send bucket (gathered)", "actor", "sync", size, f"{rule}; {how}")]
     if rank == 0:
         terms.append(Term("actor send buffer (packed)", "actor", "sync", size,
@@ -586,7 +614,9 @@ def _generate_call(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int,
     role = generating_role(recipe)
     if role not in roles:
         return []
-    terms = list(engine.rollout) if engine else list(_hf_rollout(recipe, roles[role], rank))
+    terms = list(engine.rollout) if engine else []
+    if rollout_engine(recipe) != "vllm":  # the hf sampler, beside its copy in rollout.dtype when it has one
+        terms += _hf_rollout(recipe, roles[role], rank)
     return [(f"{role}.generate_sequences", ROLLOUT, terms)]
 
 
@@ -628,6 +658,8 @@ def pool_phases(recipe: Recipe, members: list[PlannedRole], use_gpu: bool, devic
     engine = None
     if holder is not None and not stage and rollout_engine(recipe) == "vllm":
         engine = _vllm_engine(recipe, holder, use_gpu, device_memory)
+    elif holder is not None and not stage:
+        engine = _hf_copy(recipe, holder)
     context = [Term("CUDA context + NCCL", "", "context", CONTEXT_BYTES, "per process, outside torch's allocator")] if use_gpu else []
     phases = []
     for rank in range(max(planned.memory.world_size for planned in members)):

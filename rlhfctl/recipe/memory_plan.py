@@ -58,17 +58,20 @@ the calls above :data:`TIGHT_SHARE` of it (warnings).
 
 from __future__ import annotations
 
+
 import functools
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
 
 from rlhfctl.recipe.example_prompt import has_tokenizer_files, local_directory
 from rlhfctl.recipe.memory_calls import (
+    engine_shape,
+    dtype_bytes,
     CONTEXT_BYTES,
     LOGIT_FP32_COPIES,
     VLLM_ASLEEP_BYTES,
@@ -210,13 +213,6 @@ class MemoryPlan:
 # ------------------------------------------------------------------ the model's shapes
 
 
-def _dtype_bytes(dtype: Any) -> int:
-    from rlhfctl.models.loading import resolve_dtype  # keeps transformers off the CLI's fast path
-
-    resolved = resolve_dtype(str(dtype))
-    return torch.tensor([], dtype=resolved if isinstance(resolved, torch.dtype) else torch.float32).element_size()
-
-
 def _meta_model(kind: str, model_cfg: Mapping[str, Any], lora: Any) -> torch.nn.Module:
     """The role's model with meta tensors: the same loaders the workers use, on inline config fields."""
     from rlhfctl.models import loading  # keeps transformers off the CLI's fast path
@@ -332,10 +328,10 @@ def _role_memory(recipe: Recipe, spec: PlannedModel, world: int, pool: str, kv_r
     offload = fsdp is not None and bool(fsdp.cpu_offload)
     all_shapes, trained = _shapes(model, False), (_shapes(model, True) if spec.trainable else [])
     dtype = str(spec.model.dtype)
-    shape = model_shape(model, spec.kind == "causal", _dtype_bytes(dtype))
+    shape = model_shape(model, spec.kind == "causal", dtype_bytes(dtype))
     kv = 0
     if spec.role == generating_role(recipe) and kv_rows and rollout_engine(recipe) == "hf":
-        kv = shape.kv_cache_bytes(kv_rows, sequence_length(recipe))
+        kv = engine_shape(recipe, shape).kv_cache_bytes(kv_rows, sequence_length(recipe))  # in rollout.dtype
     sharded = strategy == "fsdp2" and world > 1
     held = not _engine_holds_weights(recipe, spec.role)
     ranks = []
@@ -366,7 +362,7 @@ def _role_note(recipe: Recipe, spec: PlannedModel, lora: Any) -> str:
     """What the state table says beside a role: a trained LoRA adapter, or where the rollout group keeps its weights."""
     if spec.role == ROLLOUT_ROLE:
         return ("rollout replica: weights in the vLLM engine" if _engine_holds_weights(recipe, spec.role)
-                else "rollout replica in compute dtype, no optimizer")
+                else "rollout replica in rollout.dtype, no optimizer")
     return "LoRA: adapter trained" if spec.trainable and lora not in (None, False) else ""
 
 
@@ -378,8 +374,9 @@ def _planned_models(recipe: Recipe) -> list[PlannedModel]:
     specs = []
     if "actor" in roles and (stage is None or stage.trained_role == "actor"):
         specs.append(PlannedModel("actor", "causal", True, roles["actor"].model))
-    if "actor" in roles and generating_role(recipe) == ROLLOUT_ROLE:  # rollout.placement: separate
-        specs.append(PlannedModel(ROLLOUT_ROLE, "causal", False, roles["actor"].model))
+    if "actor" in roles and generating_role(recipe) == ROLLOUT_ROLE:  # rollout.placement: separate, in rollout.dtype
+        specs.append(PlannedModel(ROLLOUT_ROLE, "causal", False,
+                                  replace(roles["actor"].model, dtype=recipe.rollout.dtype)))
     if "reference" in roles and (stage is None or stage.algorithm == "dpo"):
         specs.append(PlannedModel("reference", "causal", False, roles["reference"].model))
     if stage is None:  # a teacher: frozen, scoring every sampled token

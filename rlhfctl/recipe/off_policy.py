@@ -11,7 +11,9 @@ sampling"):
   (:func:`importance_settings`);
 - ``roles.actor.policy_loss`` naming a loss that takes them (``decoupled_ppo``; a registered custom one too).
 
-Validate warns about staleness without either (:func:`rlhfctl.recipe.check_placement.check_staleness_correction`),
+The same keys correct an engine sampling in a precision apart from the actor's (``rollout.dtype``). Validate warns
+about staleness without either (:func:`rlhfctl.recipe.check_placement.check_staleness_correction`), and about such a
+precision (:func:`rlhfctl.recipe.check_rollout_precision.check_rollout_precision`),
 and ``inspect-dispatch`` labels the update with :func:`actor_update_note`. Pure: reads the resolved recipe only.
 """
 

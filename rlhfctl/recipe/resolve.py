@@ -11,7 +11,9 @@ the other keys are known is decided here and nowhere else:
 - a role's learning-rate warmup (``roles.critic.warmup_steps`` > 0 replaces ``optim.warmup_steps``),
   :func:`warmup_steps`;
 - the dtype of a role's Hugging Face export (``trainer.export_dtype``, null: the role's compute dtype),
-  :func:`export_dtype`.
+  :func:`export_dtype`;
+- the rollout engine's dtype (``rollout.dtype``, null: the actor's compute dtype) and whether it is a precision
+  apart from the actor's, :func:`rollout_dtype` and :func:`same_precision`.
 
 :func:`rlhfctl.recipe.resolved.resolve` applies these rules once, building the typed, sealed
 :class:`~rlhfctl.recipe.specs.Recipe` that validate, the trainer and the workers read. The functions take any
@@ -32,6 +34,8 @@ __all__ = [
     "TRAINER_FALLBACKS",
     "RoleUpdate",
     "export_dtype",
+    "rollout_dtype",
+    "same_precision",
     "needs_old_log_probs",
     "present_roles",
     "reference_source",
@@ -168,6 +172,22 @@ def export_dtype(trainer_section: Any, compute_dtype: Any) -> Any:
     """
     value = trainer_section.get("export_dtype")
     return compute_dtype if value in (None, "auto") else value
+
+
+#: The precision each dtype name of a recipe means; ``auto`` computes in float32 (``rlhfctl.engine.placement``).
+_PRECISION = {"float32": "float32", "fp32": "float32", "auto": "float32", "float16": "float16", "fp16": "float16",
+              "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def rollout_dtype(rollout_section: Any, actor_dtype: Any) -> str:
+    """The dtype the rollout engine samples in: ``rollout.dtype``, or the actor's compute dtype when it is null."""
+    value = rollout_section.get("dtype")
+    return str(actor_dtype if value is None else value)
+
+
+def same_precision(dtype: Any, other: Any) -> bool:
+    """Whether two recipe dtype names compute alike (``bf16`` and ``bfloat16`` do; ``auto`` is float32)."""
+    return _PRECISION.get(str(dtype).lower(), str(dtype)) == _PRECISION.get(str(other).lower(), str(other))
 
 
 def step_facts(cfg: Any) -> StepFacts:

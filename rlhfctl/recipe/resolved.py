@@ -24,7 +24,9 @@ from rlhfctl.recipe.resolve import (
     required_methods,
     resolve_strategy,
     role_setting,
+    rollout_dtype,
     rollout_on_own_pool,
+    same_precision,
     step_facts,
     warmup_steps,
 )
@@ -159,6 +161,9 @@ def _rollout_spec(sections: RecipeSchema) -> RolloutSpec:
     choice = environment_choice(sections.rollout)
     rollout = effective_rollout(sections.rollout, choice)  # rollout.environment runs as the multi-turn environment
     own_pool = rollout_on_own_pool(rollout)
+    actor = sections.roles.get("actor")
+    actor_dtype = actor.model.dtype if actor is not None and actor.get("model") is not None else ModelConfig.dtype
+    dtype = rollout_dtype(rollout, actor_dtype)
     return RolloutSpec(
         settings=rollout,
         placement=str(rollout.placement),
@@ -173,4 +178,6 @@ def _rollout_spec(sections: RecipeSchema) -> RolloutSpec:
         sync_every=int(rollout.sync_every),
         max_staleness=int(sections.trainer.max_staleness),
         environment=choice,
+        dtype=dtype,
+        own_precision=not same_precision(dtype, actor_dtype),
     )

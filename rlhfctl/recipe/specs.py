@@ -98,12 +98,17 @@ class RolloutSpec:
     max_staleness: int
     environment: EnvironmentChoice | None = None
     """What ``rollout.environment`` names (None: unset); with it usable, ``settings.multi_turn`` runs its adapter."""
+    dtype: str = "float32"
+    """The engine's dtype: ``rollout.dtype``, or the actor's compute dtype (``roles.actor.model.dtype``) when null."""
+    own_precision: bool = False
+    """``dtype`` computes apart from the actor's compute dtype: the engine's log-probs differ from the trainer's."""
 
     @property
-    def returns_behaviour_log_probs(self) -> bool:
-        """Whether generation returns the sampling engine's own log-probs (``rollout_log_probs``): the vllm engine, or a
-        rollout group of its own with either engine; the colocated hf actor samples and scores with the same code."""
-        return self.engine == "vllm" or self.pool is not None
+    def engine_log_probs(self) -> bool:
+        """The engine returns its own behaviour log-probs (``rollout_log_probs``) beside the samples: a vLLM engine, a
+        rollout group of its own, or an hf engine in a precision of its own (for ``rollout/logprob_diff`` and the
+        off-policy corrections); the colocated hf engine in the actor's precision samples what the actor scores."""
+        return self.engine == "vllm" or self.on_own_pool or self.own_precision
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,10 @@ The two places differ in a few settled ways, which ``colocated`` selects:
 - colocated (the actor, training on the same device): the vLLM engine follows the trained module: it sleeps
   between rollouts, syncs from the module when its weights are stale and is probed against the actor's own
   log-probs (``probe_gap``) after its first sync and first wake; hf decoding runs inside the training engine's
-  ``serving`` context and its samples carry no ``rollout_log_probs``; a call without a draw takes the next
-  number of its stream's counter.
+  ``serving`` context and its samples carry no ``rollout_log_probs``, unless ``rollout.dtype`` sets a precision
+  apart from the actor's: then it samples from a :class:`~rlhfctl.rollout.precision_replica.PrecisionReplica` in
+  that dtype and returns the decoding loop's ``rollout_log_probs``; a call without a draw takes the next number of
+  its stream's counter.
 - on a pool of its own (the rollout group): the engine takes its weights over the weight channel and never
   sleeps; hf samples carry the decoding loop's ``rollout_log_probs``; a call without a draw is draw 0.
 """
@@ -30,6 +32,7 @@ from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_gene
 from rlhfctl.protocol import DataProto
 from rlhfctl.rollout import vllm_engine
 from rlhfctl.rollout.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
+from rlhfctl.rollout.precision_replica import PrecisionReplica
 from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch, sample_responses
 from rlhfctl.rollout.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
 
@@ -70,6 +73,7 @@ class Generator:
         self.vllm: Any = None  # the vLLM engine with rollout.engine: vllm (rlhfctl/rollout/vllm_engine.py)
         self.agent: AgentRollout | None = None  # the tools and loop of rollout.multi_turn (rlhfctl/rollout/agent_rollout.py)
         self.probe_gap: Callable[[DataProto], tuple[float, int]] | None = None
+        self.replica: PrecisionReplica | None = None  # colocated hf in rollout.dtype apart from the actor's
         self.dtype: Any = None
         self.generate_calls = 0
         self.validate_calls = 0
@@ -82,6 +86,17 @@ class Generator:
         device; ``serving`` (a context-manager factory) wraps hf decoding, e.g. to gather FSDP2 shards."""
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.serving = serving or contextlib.nullcontext
+
+    def start_replica(self, model_cfg: Mapping[str, Any], dtype: torch.dtype) -> None:
+        """Colocated hf decoding in ``dtype`` (``rollout.dtype`` apart from the actor's): a copy of the bound model's
+        architecture in it, which takes the model's weights before the first rollout and after each update."""
+        self.replica = PrecisionReplica(model_cfg, self.tokenizer, dtype=dtype, device=self.device, seed=self.seed,
+                                        rollout=self.rollout, who=f"{self.role} rank {self.rank}")
+
+    def weights_changed(self) -> None:
+        """The bound model took new weights (an update, a checkpoint load): the replica copies them before its next use."""
+        if self.replica is not None:
+            self.replica.current = False
 
     def start_agent(self) -> None:
         """The agent rollout of ``rollout.multi_turn.enable`` (None without), with the bound model's EOS ids."""
@@ -192,20 +207,30 @@ class Generator:
         """One turn's samples on this rank's engine (vLLM's with its ``rollout_log_probs``, else hf decoding)."""
         if self.vllm is not None:
             return self._generate_vllm(prompts, params, derive_seed(*parts))
-        if self.colocated:
+        if self.colocated and self.replica is None:
             generator = make_generator(self.device, *parts)
             with self.serving():
                 return generate_batch(self.model, self.tokenizer, prompts, params, device=self.device, generator=generator)
         return self._generate_hf_with_log_probs(prompts, params, parts)
+
+    def _hf_sampler(self) -> tuple[nn.Module, Callable[[], Any]]:
+        """The model hf decoding runs on and the context around it: the precision replica (its weights brought
+        current first), else the bound model in ``serving``."""
+        if self.replica is None:
+            return self.model, self.serving
+        self.replica.refresh(self.model)
+        return self.replica.model, contextlib.nullcontext
 
     def _generate_hf_with_log_probs(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
         _require_keys(prompts, _PROMPT_KEYS, "generate_sequences")
         eos_ids = eos_token_ids(self.tokenizer, self.model)
         pad_id = int(self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos_ids[0])
         ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
-        responses, response_mask, log_probs = sample_responses(
-            self.model, ids.to(self.device), mask.to(self.device), params, eos_ids=eos_ids, pad_id=pad_id,
-            generator=make_generator(self.device, *parts), samples_per_prompt=params.n, with_log_probs=True)
+        model, serving = self._hf_sampler()
+        with serving():
+            responses, response_mask, log_probs = sample_responses(
+                model, ids.to(self.device), mask.to(self.device), params, eos_ids=eos_ids, pad_id=pad_id,
+                generator=make_generator(self.device, *parts), samples_per_prompt=params.n, with_log_probs=True)
         return rollout_batch(prompts, responses.cpu(), response_mask.cpu(), self.tokenizer, params,
                              {"rollout_log_probs": log_probs.cpu()})
 
@@ -220,10 +245,11 @@ class Generator:
             finally:
                 self.vllm.sleep()  # a no-op without sleep mode (the rollout group's engines)
         generator = make_generator(self.device, *parts)
+        model, serving = self._hf_sampler()
         batch_generate = hf_batch_generate(
-            self.model, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id, device=self.device, generator=generator
+            model, params, eos_ids=agent.eos_ids, pad_id=agent.pad_id, device=self.device, generator=generator
         )
-        with self.serving():
+        with serving():
             return agent.generate(prompts, params, batch_generate)
 
     def _generate_vllm(self, prompts: DataProto, params: SamplingParams, seed: int) -> DataProto:

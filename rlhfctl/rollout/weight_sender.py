@@ -1,7 +1,7 @@
 """The actor's end of the weight channel (``rollout.placement: separate``): open it, send the weights, check a sync.
 
 Every actor rank takes part in a send (an FSDP2 shard is gathered by all ranks, bucket by bucket, cast
-to the engine's dtype first); rank 0 alone broadcasts the buckets to the rollout ranks.
+to the engine's dtype, ``rollout.dtype``, first); rank 0 alone broadcasts the buckets to the rollout ranks.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 from rlhfctl.protocol import DataProto
 from rlhfctl.single_controller import Dispatch, register
 from rlhfctl.single_controller.worker import free_port, node_ip_address
-from rlhfctl.engine.placement import ONE_TO_ALL_FIRST
+from rlhfctl.engine.placement import ONE_TO_ALL_FIRST, compute_dtype
 from rlhfctl.rollout import vllm_engine
 from rlhfctl.rollout.weight_channel import SyncAddress, WeightChannel, bucketed
 
@@ -41,7 +41,7 @@ class WeightSender:
         self._require_model()
         start = time.perf_counter()
         bucket = int(float(vllm_engine.engine_settings(self.rollout)["sync_bucket_mib"]) * 2**20)  # rollout.vllm.sync_bucket_mib
-        weights = vllm_engine.gathered_weights(self.module, bucket, self.engine.compute_dtype)
+        weights = vllm_engine.gathered_weights(self.module, bucket, compute_dtype(self.recipe.rollout.dtype))
         sent = 0
         if self.rank == 0:
             if self.weight_channel is None:
