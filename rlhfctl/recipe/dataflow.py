@@ -72,7 +72,7 @@ def _scoring(step: StepFacts) -> list[StepCall]:
     """Reward, reference log-probs and values: independent calls the trainer keeps in flight together."""
     calls = [StepCall("reward", "compute_rewards", "score the responses", "samples",
                       (_t("prompts", "rows prompt_len", "int64"), _t("responses", "rows response_len", "int64"), _MASK),
-                      (_f("token_level_scores"),))]
+                      (_f("token_level_scores"),))] if "reward" in step.roles else []  # none: distillation alone
     reference = step.reference_source
     if reference is not None:
         note = "the actor with its LoRA adapter disabled" if reference == "actor" else ""
