@@ -3,7 +3,7 @@
 With ``placement: separate`` a rollout worker group (role ``rollout``) generates on ``rollout.pool`` and
 takes the actor's weights over a process group of its own. Every problem is an error (exit 2) naming its key:
 
-- staleness needs a rollout group of its own;
+- staleness needs a rollout group of its own (or partial rollouts, :mod:`rlhfctl.recipe.check_partial`);
 - the rollout pool is declared, hosts no other role, uses GPUs exactly when the actor's pool does (the weight
   channel has one backend), and its ranks split each stream chunk evenly;
 - ``rollout.worker`` imports and registers the methods the trainer calls on the group;
@@ -55,19 +55,20 @@ def check_staleness_correction(recipe: Recipe) -> list[Issue]:
     if age <= 0 or off_policy_corrections(recipe):
         return []
     versions = f"{age} policy version{'s' if age != 1 else ''}"
+    why = "rollout.placement: separate" if recipe.rollout.on_own_pool else "rollout.partial"
     return [warning("trainer.max_staleness", (
-        f"trainer.max_staleness: {age} with rollout.placement: separate trains the actor on samples up to {versions} "
+        f"trainer.max_staleness: {age} with {why} trains the actor on samples up to {versions} "
         "old, and no off-policy correction is set, so the update weighs them as if the current policy had sampled "
         f"them; add one: {' or '.join(CORRECTION_KEYS)}; or set trainer.max_staleness: 0"))]
 
 
 def _staleness(recipe: Recipe, separate: bool) -> list[Issue]:
-    """trainer.max_staleness > 0 needs a rollout group of its own."""
+    """trainer.max_staleness > 0 needs a rollout group of its own, or partial rollouts (their carried samples age)."""
     staleness = recipe.rollout.max_staleness
     if staleness <= 0:
         return []
     issues = []
-    if not separate:
+    if not separate and recipe.rollout.partial_budget is None:
         issues.append(error("trainer.max_staleness", (
             f"trainer.max_staleness: {staleness} lets the rollout run ahead of the actor, but with rollout.placement: "
             "colocated the actor's ranks generate in turn with the update; set rollout.placement: separate and "

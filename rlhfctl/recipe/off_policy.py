@@ -35,8 +35,10 @@ CORRECTION_KEYS = ("rollout.importance_cap: 2.0 (truncated importance sampling, 
 
 def sample_age(recipe: Recipe) -> int:
     """The most policy versions a trained sample may lag the actor: ``trainer.max_staleness`` with a rollout group of
-    its own (``rollout.placement: separate``), else 0 (the actor's ranks generate on the weights they train)."""
-    return int(recipe.rollout.max_staleness) if recipe.rollout.on_own_pool else 0
+    its own (``rollout.placement: separate``) or with partial rollouts (a carried sample's tokens age over the steps it
+    continues in), else 0 (the actor's ranks generate on the weights they train)."""
+    rollout = recipe.rollout
+    return int(rollout.max_staleness) if rollout.on_own_pool or rollout.partial_budget is not None else 0
 
 
 def importance_settings(recipe: Recipe) -> dict[str, object]:

@@ -355,6 +355,13 @@ class DataConfig(Section):
 
 
 @dataclass(eq=False)
+class PartialRolloutConfig(Section):
+    """Partial rollouts: generation stops at a token budget per step and unfinished samples continue next step (docs/rollout.md)."""
+
+    max_tokens_per_step: Optional[int] = _field(None, "the most tokens a sample is given in one step; a sample not finished by then (no EOS, under rollout.max_new_tokens) keeps its tokens, behaviour log-probs and per-token policy versions and continues in the next step on the newer weights; a step trains the groups whose samples all finished; needs trainer.max_staleness >= 1, which also bounds the age of a sample's oldest token (older groups are dropped and counted) (null: off)", min=1)
+
+
+@dataclass(eq=False)
 class VllmRolloutConfig(Section):
     """The vLLM engine of rollout.engine: vllm, one per actor rank in its process (docs/rollout.md)."""
 
@@ -418,6 +425,7 @@ class RolloutConfig(Section):
     dtype: Optional[str] = _field(None, "the rollout engine's dtype (hf and vllm, colocated or on rollout.pool): it samples and returns its behaviour log-probs in it (null: the actor's compute dtype, roles.actor.model.dtype); apart from it, pair it with an off-policy correction (rollout.importance_cap or a behaviour-taking policy_loss)", choices="dtypes")
     importance_cap: Optional[float] = _field(None, "truncated importance sampling with the engine's behaviour log-probs (vllm, a rollout group of its own, or rollout.dtype apart from the actor's), each token's policy loss times min(exp(old - engine log-prob), cap) (null: off)", min_exclusive=0)
     importance_mask: Optional[List[float]] = _field(None, "masked importance sampling with the engine's behaviour log-probs (as importance_cap), [low, high] with 0 <= low < high; a token whose exp(old - engine log-prob) leaves the band drops out of the policy loss's sum, the others keep weight 1 (times the importance_cap truncation when that is set too) (null: off)", min=0, min_items=2, max_items=2)
+    partial: PartialRolloutConfig = _field(doc="partial rollouts: a token budget per step, unfinished samples carried to the next step", factory=PartialRolloutConfig)
     vllm: VllmRolloutConfig = _field(doc="settings of the vLLM engine (rollout.engine: vllm)", factory=VllmRolloutConfig)
     multi_turn: MultiTurnConfig = _field(doc="agent rollouts with tools over several turns", factory=MultiTurnConfig)
     agent_server: AgentServerConfig = _field(doc="an OpenAI-compatible endpoint per rollout rank, so any agent program is the rollout", factory=AgentServerConfig)
@@ -500,7 +508,7 @@ class TrainerConfig(Section):
     save_on_interrupt: bool = _field(True, "save a checkpoint when interrupted (Ctrl-C)")
     log_every: int = _field(1, "print and log metrics every this many steps", min=1)
     balance_batch: bool = _field(False, "ppo: reorder samples before the updates so each data-parallel rank gets a similar number of tokens")
-    max_staleness: int = _field(0, "ppo with rollout.placement separate: the rollout group generates the batches of up to this many later steps while the actor trains; no sample is more than this many policy versions old (0: on-policy)", min=0)
+    max_staleness: int = _field(0, "ppo with rollout.placement separate: the rollout group generates the batches of up to this many later steps while the actor trains; with rollout.partial (either placement) a carried sample continues over up to this many updates; no trained token is more than this many policy versions old (0: on-policy)", min=0)
     overlap_rollout: bool = _field(True, "ppo: send the next step's prompts before the current step ends; the actor's ranks generate right after the update, so the rollout stays on-policy")
     export_dtype: Optional[str] = _field(None, "dtype of the weights in checkpoints' hf/ directories and export_hf (null or auto: the role's compute dtype, its model.dtype; float32 keeps the master precision)", choices="dtypes")
     export_hf: bool = _field(False, "ppo: write the policy as a Hugging Face model to output_dir/model at the end (sft, reward_model and dpo always do)")

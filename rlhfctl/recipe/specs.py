@@ -107,8 +107,15 @@ class RolloutSpec:
     def engine_log_probs(self) -> bool:
         """The engine returns its own behaviour log-probs (``rollout_log_probs``) beside the samples: a vLLM engine, a
         rollout group of its own, or an hf engine in a precision of its own (for ``rollout/logprob_diff`` and the
-        off-policy corrections); the colocated hf engine in the actor's precision samples what the actor scores."""
-        return self.engine == "vllm" or self.on_own_pool or self.own_precision
+        off-policy corrections) or partial rollouts (a carried sample's earlier tokens are an older policy's); the
+        colocated hf engine in the actor's precision samples what the actor scores."""
+        return self.engine == "vllm" or self.on_own_pool or self.own_precision or self.partial_budget is not None
+
+    @property
+    def partial_budget(self) -> int | None:
+        """``rollout.partial.max_tokens_per_step``: the token budget of a sample in one step (None: partial rollouts off)."""
+        budget = self.settings.partial.max_tokens_per_step
+        return None if budget is None else int(budget)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from rlhfctl.recipe.check_environments import check_environments
 from rlhfctl.recipe.check_importance import check_importance_correction
 from rlhfctl.recipe.check_judge import check_judge, judge_notes
 from rlhfctl.recipe.check_placement import check_placement, check_staleness_correction
+from rlhfctl.recipe.check_partial import check_partial
 from rlhfctl.recipe.check_rollout_precision import check_rollout_precision
 from rlhfctl.recipe.check_remote_reward import check_remote_reward
 from rlhfctl.recipe.check_restarts import check_restarts
@@ -132,7 +133,7 @@ PPO_CHECKS: tuple[Check, ...] = (
     check_pools, check_workers,                                           # where the roles run, and with what
     check_algorithm, check_data, check_models, check_distillation,        # the step, its data and models
     check_rollout_engine, check_importance_correction, check_tensor_parallel, check_environments, check_agents, check_agent_server, check_sandbox,  # the rollout
-    check_placement, check_staleness_correction, check_rollout_precision,  # placement, staleness, rollout precision
+    check_placement, check_partial, check_staleness_correction, check_rollout_precision,  # placement, staleness, precision
     check_judge,                                                          # the reward's LLM judge
     check_remote_reward,                                                  # the reward service over HTTP
     check_resume, check_strategies,                                       # resumption, sharding

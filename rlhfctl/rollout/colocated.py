@@ -21,6 +21,7 @@ from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
 from rlhfctl.single_controller.worker_group import GroupMethod
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
+from rlhfctl.rollout.partial import PartialRollout, PartialSettings, partial_buffer
 from rlhfctl.trainer.prompt_source import to_dataproto
 
 __all__ = ["CallWhenNeeded", "Done", "NoReward", "Rollout", "Rollouts", "TokenScorer", "join", "reward_call", "send_scoring"]
@@ -151,6 +152,10 @@ class Rollouts:
         # from before the numbering, whose generations follow the actor's own call counter.
         self.draws: int | None = 0
         self._before_ahead: tuple[dict[str, Any], int | None] = ({}, 0)
+        # rollout.partial: the unfinished samples between steps, and what the version of a step's weights is
+        self.partial = partial_buffer(recipe)
+        self._partial_settings = PartialSettings(recipe, tokenizer) if self.partial is not None else None
+        self._critic_warmup = int(recipe.trainer.critic_warmup_steps)
 
     @property
     def generator(self) -> WorkerGroup:
@@ -164,7 +169,7 @@ class Rollouts:
     def before_validation(self, step: int) -> None:
         """Nothing to send: the actor validates on the weights it trains."""
 
-    def next(self) -> Rollout | FilteredRollout:
+    def next(self) -> Rollout | FilteredRollout | PartialRollout:
         """This step's rollout: the one sent ahead during the last step, or one sent now."""
         self._step += 1
         rollout, self._ahead = self._ahead or self._send(self._step), None
@@ -184,6 +189,8 @@ class Rollouts:
         first), nor at the last step, nor on the local backend (its calls run as they are sent).
         """
         trainer = self.trainer_cfg
+        if self.partial is not None:
+            return False  # the next step's segment continues this step's unfinished samples: known once it is back
         if not trainer.overlap_rollout or self.actor.backend != "ray" or step >= trainer.total_steps or stop_requested():
             return False  # a stop saves this step: nothing of the next goes out
         return not (trainer.save_every and step % trainer.save_every == 0) and not (trainer.val_every and step % trainer.val_every == 0)
@@ -195,15 +202,20 @@ class Rollouts:
     def driver_state(self) -> dict[str, Any]:
         """The number of draws as of the last completed step (the next draw's number seeds its generation)."""
         draws = self._before_ahead[1] if self._ahead is not None else self.draws
-        return {} if draws is None else {"rollout_draws": draws}
+        partial = {} if self.partial is None else {"partial_rollouts": self.partial.state_dict()}
+        return ({} if draws is None else {"rollout_draws": draws}) | partial
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.draws = int(state["rollout_draws"]) if "rollout_draws" in state else None
+        if self.partial is not None and "partial_rollouts" in state:
+            self.partial.load_state_dict(state["partial_rollouts"])
 
-    def _send(self, step: int) -> Rollout | FilteredRollout:
+    def _send(self, step: int) -> Rollout | FilteredRollout | PartialRollout:
         """Step ``step``'s first draw: generation with every scoring call queued behind it, or, with
         ``algorithm.filter_groups``, generation and reward only (the rest waits for the kept groups)."""
         self._before_ahead = (self.batcher.state_dict(), self.draws)
+        if self.partial is not None:
+            return self._send_partial(step)
         if self.group_filter is not None:
             return FilteredRollout(self.group_filter, self._generation(), self._generation, self._send_scoring,
                                    step=step, notify=self._notify)
@@ -226,6 +238,27 @@ class Rollouts:
 
     def _send_scoring(self, prompts: DataProto, batch: DataProto) -> Rollout:
         return send_scoring(self.critic, self.reference, self.scorers, prompts, batch)
+
+    def _send_partial(self, step: int) -> PartialRollout:
+        """Step ``step``'s partial rollout: its prompts added as new groups, the groups too old for this step's weights
+        dropped; its segments are sent when the step reads its responses."""
+        self.partial.add(to_dataproto(next(self.batcher), self.tokenizer))
+        version = max(0, step - 1 - self._critic_warmup)  # the updates before this step (StalenessSchedule's count)
+        dropped = self.partial.drop_stale(version)
+        return PartialRollout(step, self.partial, self._partial_settings, version, dropped, self._send_segment,
+                              self._score_finished)
+
+    def _send_segment(self, segment: DataProto) -> GroupFuture:
+        """A partial rollout's segment on the actor's ranks, numbered like a draw (its random stream)."""
+        if self.draws is not None:
+            segment.meta_info["draw"] = self.draws
+            self.draws += 1
+        return self.actor.generate_sequences.submit(segment)
+
+    def _score_finished(self, prompts: DataProto, batch: DataProto) -> Rollout:
+        """The finished groups' reward and scoring calls (the batch is on the driver)."""
+        reward = reward_call(self.reward, Done(batch), lambda done: self.reward.compute_rewards.submit(done.get()))
+        return send_scoring(self.critic, self.reference, self.scorers, prompts, batch, reward)
 
     def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
         """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""

@@ -12,8 +12,8 @@ The two places differ in a few settled ways, which ``colocated`` selects:
   log-probs (``probe_gap``) after its first sync and first wake; hf decoding runs inside the training engine's
   ``serving`` context and its samples carry no ``rollout_log_probs``, unless ``rollout.dtype`` sets a precision
   apart from the actor's: then it samples from a :class:`~rlhfctl.rollout.precision_replica.PrecisionReplica` in
-  that dtype and returns the decoding loop's ``rollout_log_probs``; a call without a draw takes the next number of
-  its stream's counter.
+  that dtype and returns the decoding loop's ``rollout_log_probs`` (so does a partial rollout's segment); a call
+  without a draw takes the next number of its stream's counter.
 - on a pool of its own (the rollout group): the engine takes its weights over the weight channel and never
   sleeps; hf samples carry the decoding loop's ``rollout_log_probs``; a call without a draw is draw 0.
 """
@@ -32,6 +32,7 @@ from rlhfctl.engine.seeding import derive_seed, generation_seed_parts, make_gene
 from rlhfctl.protocol import DataProto
 from rlhfctl.rollout import vllm_engine
 from rlhfctl.rollout.agent_rollout import AgentRollout, agent_rollout_for, hf_batch_generate
+from rlhfctl.rollout.partial_buffer import ENDED
 from rlhfctl.rollout.precision_replica import PrecisionReplica
 from rlhfctl.rollout.generation import SamplingParams, eos_token_ids, generate_batch, rollout_batch, sample_responses
 from rlhfctl.rollout.sync_probe import PROBE_PARAMS, probe_prompts, vocab_of
@@ -45,6 +46,13 @@ def base_config(module: nn.Module) -> Any:
     """The transformers config of a plain, DDP, FSDP2 or peft model."""
     inner = getattr(module, "module", module)
     return inner.get_base_model().config if hasattr(inner, "get_base_model") else inner.config
+
+
+def ends_with(responses: torch.Tensor, response_mask: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:
+    """Whether each row's last real token is an EOS: a partial rollout's sample that ended, not one cut by its budget."""
+    last = (response_mask.sum(-1).long() - 1).clamp(min=0)
+    tokens = responses.gather(1, last.unsqueeze(-1)).squeeze(-1)
+    return torch.isin(tokens, torch.tensor(eos_ids, dtype=tokens.dtype)) & (response_mask.sum(-1) > 0)
 
 
 def _require_keys(data: DataProto, keys: tuple[str, ...], method: str) -> None:
@@ -201,13 +209,17 @@ class Generator:
         :meth:`sample`."""
         if self.agent is not None:
             return self._agent_rollout(prompts, params, parts)
-        return self.sample(prompts, params, parts)
+        batch = self.sample(prompts, params, parts)
+        if prompts.meta_info.get("partial"):  # a partial rollout's segment: did each row end, or run out of budget?
+            batch.batch[ENDED] = ends_with(batch.batch["responses"], batch.batch["response_mask"],
+                                           eos_token_ids(self.tokenizer, self.model))
+        return batch
 
     def sample(self, prompts: DataProto, params: SamplingParams, parts: tuple[Any, ...]) -> DataProto:
         """One turn's samples on this rank's engine (vLLM's with its ``rollout_log_probs``, else hf decoding)."""
         if self.vllm is not None:
             return self._generate_vllm(prompts, params, derive_seed(*parts))
-        if self.colocated and self.replica is None:
+        if self.colocated and self.replica is None and not prompts.meta_info.get("partial"):
             generator = make_generator(self.device, *parts)
             with self.serving():
                 return generate_batch(self.model, self.tokenizer, prompts, params, device=self.device, generator=generator)

@@ -29,6 +29,7 @@ from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
 from rlhfctl.rollout.colocated import CallWhenNeeded, Done, TokenScorer, reward_call, send_scoring
+from rlhfctl.rollout.partial import PartialRollout, PartialSettings, partial_buffer
 from rlhfctl.rollout.staleness import StalenessSchedule
 from rlhfctl.rollout.weight_sync import WeightSync
 
@@ -140,8 +141,12 @@ class SeparateRollouts:
         # Draw numbers that dynamic sampling took at step time, and for which step: they may lie between the draws of
         # batches in flight, so a rewind to before those batches skips them (they were trained on already).
         self._consumed: dict[int, int] = {}
+        self._current: Any = None  # with rollout.partial: the step's rollout taken by next()
         self.next_unsent = 1
         self.synced_version = 0
+        # rollout.partial: the unfinished samples between steps; one segment in flight, sent once the last is back
+        self.partial = partial_buffer(recipe)
+        self._partial_settings = PartialSettings(recipe, tokenizer) if self.partial is not None else None
 
     @property
     def generator(self) -> WorkerGroup:
@@ -158,11 +163,12 @@ class SeparateRollouts:
         self._fill()
 
     # ------------------------------------------------------------------ the trainer's calls
-    def next(self) -> StreamedRollout:
+    def next(self) -> StreamedRollout | PartialRollout:
         """This step's batch: the oldest in flight."""
         if not self._in_flight:
             self._fill()
         batch = self._in_flight.popleft()
+        self._current = batch if self.partial is not None else None
         floor = batch.before[1]  # no rewind goes further back than this step's batch
         self._consumed = {draw: step for draw, step in self._consumed.items() if draw >= floor}
         return batch
@@ -230,6 +236,8 @@ class SeparateRollouts:
         if rewind is not None:
             self.batcher.load_state_dict(rewind[0])
             self.draws = rewind[1]
+            if self.partial is not None:
+                self.partial.load_state_dict(rewind[2])
         self._in_flight.clear()
         self.next_unsent = first_lost
         self.synced_version = actor_version
@@ -245,10 +253,15 @@ class SeparateRollouts:
         """The draws numbered before the oldest batch in flight (each draw's number is its random stream), and the
         later draws dynamic sampling already trained on, which a resumed run skips."""
         draws = self._in_flight[0].before[1] if self._in_flight else self.draws
-        return {"rollout_draws": draws, "rollout_consumed_draws": sorted(d for d in self._consumed if d >= draws)}
+        state = {"rollout_draws": draws, "rollout_consumed_draws": sorted(d for d in self._consumed if d >= draws)}
+        if self.partial is not None:  # the buffer before the segment in flight: a resumed run sends it again
+            state["partial_rollouts"] = self._in_flight[0].before[2] if self._in_flight else self.partial.state_dict()
+        return state
 
     def restore_driver_state(self, state: dict[str, Any]) -> None:
         self.draws = int(state.get("rollout_draws", 0))
+        if self.partial is not None and "partial_rollouts" in state:
+            self.partial.load_state_dict(state["partial_rollouts"])
         self._consumed = {int(draw): 0 for draw in state.get("rollout_consumed_draws", [])}  # all of finished steps
 
     def staleness_metrics(self, step: int, batch: DataProto) -> dict[str, float]:
@@ -259,10 +272,19 @@ class SeparateRollouts:
     # ------------------------------------------------------------------ sending
     def _fill(self) -> None:
         while self.schedule.may_send(self.next_unsent, self.synced_version, len(self._in_flight)):
+            if self.partial is not None and (self._in_flight or self._collecting):
+                return  # the next segment continues the unfinished samples of the one not yet back
             self._in_flight.append(self._send(self.next_unsent))
             self.next_unsent += 1
 
-    def _send(self, step: int) -> StreamedRollout:
+    @property
+    def _collecting(self) -> bool:
+        """A partial rollout popped for its step whose segments are not all back yet."""
+        return self._current is not None and not self._current.back
+
+    def _send(self, step: int) -> StreamedRollout | PartialRollout:
+        if self.partial is not None:
+            return self._send_partial(step)
         self._skip_consumed()
         before = (self.batcher.state_dict(), self.draws)
         prompts, draw = self._draw()
@@ -274,6 +296,31 @@ class SeparateRollouts:
             reward = self.reward.compute_rewards.submit(generated) if self.reward_takes_futures else None
             chunks.append(_Chunk(generated, reward))
         return StreamedRollout(step, prompts, chunks, self, before)
+
+    def _send_partial(self, step: int) -> PartialRollout:
+        """Step ``step``'s partial rollout: its prompts added as new groups, the groups too old for the weights that
+        train it dropped, and its first segment sent now, on the rollout group's current weights."""
+        before = (self.batcher.state_dict(), self.draws, self.partial.state_dict())
+        prompts, _ = self._draw()
+        self.partial.add(prompts)
+        version = self.schedule.updates_before(step)
+        dropped = self.partial.drop_stale(version)
+        rollout = PartialRollout(step, self.partial, self._partial_settings, version, dropped, self._send_segment,
+                                 self._score_finished, first=self._send_segment(self.partial.segment(), self.draws - 1),
+                                 collected=self._fill, extra_metrics=lambda: self.sync_metrics(step), before=before)
+        return rollout
+
+    def _send_segment(self, segment: DataProto, draw: int | None = None) -> Any:
+        """A partial rollout's segment on the rollout group: the prompts' draw number for the first, a new one after."""
+        if draw is None:
+            draw, self.draws = self.draws, self.draws + 1
+        segment.meta_info.update(draw=draw, chunk=0, chunks=1)
+        return self.rollout.generate_sequences.submit(segment)
+
+    def _score_finished(self, prompts: DataProto, batch: DataProto) -> Any:
+        """The finished groups' reward and scoring calls (the batch is on the driver)."""
+        reward = reward_call(self.reward, Done(batch), lambda done: self.reward.compute_rewards.submit(done.get()))
+        return send_scoring(self.critic, self.reference, self.scorers, prompts, batch, reward)
 
     def _draw(self) -> tuple[DataProto, int]:
         """The next batch of prompts of the one prompt stream, and its draw number."""

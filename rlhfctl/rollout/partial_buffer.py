@@ -1,0 +1,213 @@
+"""The samples of partial rollouts between steps: tokens, behaviour log-probs and policy versions, per token.
+
+With ``rollout.partial.max_tokens_per_step: S`` each step's generation gives every unfinished sample at most ``S``
+more tokens. A sample that ends (EOS, or ``rollout.max_new_tokens`` reached) is finished; one that does not keeps
+what it has and continues in the next step from its prefix (the prompt and its tokens so far), on the weights of
+then. Every token remembers the policy version that sampled it and its log-prob under that policy, so the update's
+off-policy corrections weigh each token by its own behaviour policy.
+
+GRPO compares a prompt's samples with each other, so samples live in groups (one prompt, ``rollout.n`` samples) and
+a step trains the groups whose samples have all finished. A group's age is the age of its oldest token: a group that
+would train more than ``trainer.max_staleness`` versions after that token was sampled is dropped, and counted.
+
+This module is pure data: no worker calls. :class:`PartialBuffer` is JSON-serializable (``state_dict``), so a
+checkpoint carries the unfinished samples and a resumed run continues them, neither dropping nor repeating one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlhfctl.protocol import DataProto
+from rlhfctl.rollout.generation import SamplingParams, rollout_batch
+
+__all__ = ["PartialBuffer", "PartialGroup", "PartialSample", "training_batch"]
+
+ENDED = "ended"
+"""The column a generation call adds under ``meta_info["partial"]``: whether each row's last token is an EOS."""
+
+
+@dataclass
+class PartialSample:
+    """One response in the making: its tokens so far, each token's behaviour log-prob and policy version."""
+
+    tokens: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    segments: int = 0
+    finished: bool = False
+
+
+@dataclass
+class PartialGroup:
+    """One prompt's ``n`` samples, trained together once all have finished."""
+
+    uid: str
+    prompt_ids: list[int]
+    columns: dict[str, Any]  # the prompt row's other columns (the reward's ground truth, data source, ...)
+    samples: list[PartialSample]
+
+    @property
+    def complete(self) -> bool:
+        """Every sample has finished."""
+        return all(sample.finished for sample in self.samples)
+
+    def oldest_version(self) -> int | None:
+        """The policy version of the group's oldest token (None: nothing generated yet)."""
+        firsts = [sample.versions[0] for sample in self.samples if sample.versions]
+        return min(firsts) if firsts else None
+
+
+class PartialBuffer:
+    """The groups in the making, in the order their prompts were drawn; one generation segment at a time."""
+
+    def __init__(self, n: int, max_new_tokens: int, budget: int, max_staleness: int) -> None:
+        self.n, self.max_new_tokens, self.budget, self.max_staleness = int(n), int(max_new_tokens), int(budget), int(max_staleness)
+        self.groups: list[PartialGroup] = []
+        self.next_group = 0  # numbers the groups' uids, so a resumed run's new groups never share a carried one's
+        self._pending: list[tuple[PartialGroup, PartialSample]] = []
+
+    # ------------------------------------------------------------------ the step's calls, in order
+    def add(self, prompts: DataProto) -> None:
+        """New groups, ``n`` empty samples each, from a batch of left-padded prompts (``to_dataproto``'s)."""
+        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
+        others = {key: values for key, values in prompts.non_tensor_batch.items() if key != "uid"}
+        for row in range(len(prompts)):
+            columns = {key: _plain(values[row]) for key, values in others.items()}
+            self.groups.append(PartialGroup(f"g{self.next_group}", ids[row][mask[row].bool()].tolist(), columns,
+                                            [PartialSample() for _ in range(self.n)]))
+            self.next_group += 1
+
+    def drop_stale(self, version: int) -> int:
+        """Drop the groups that could not train at ``version`` within ``max_staleness``; returns the samples dropped."""
+        floor = version - self.max_staleness
+        stale = [group for group in self.groups if (oldest := group.oldest_version()) is not None and oldest < floor]
+        self.groups = [group for group in self.groups if group not in stale]
+        return sum(len(group.samples) for group in stale)
+
+    def segment(self) -> DataProto:
+        """The next generation call: every unfinished sample's prompt and tokens so far, left-padded, one sample per row,
+        at most ``budget`` new tokens (fewer when every row has less room left)."""
+        self._pending = [(group, sample) for group in self.groups for sample in group.samples if not sample.finished]
+        if not self._pending:
+            raise RuntimeError("partial rollouts: a segment with no unfinished sample")
+        rows = [group.prompt_ids + sample.tokens for group, sample in self._pending]
+        room = max(self.max_new_tokens - len(sample.tokens) for _, sample in self._pending)
+        input_ids, attention_mask = left_padded(rows, pad_id=0)
+        return DataProto.from_dict({"input_ids": input_ids, "attention_mask": attention_mask},
+                                   meta_info={"n": 1, "max_new_tokens": min(self.budget, room), "partial": True})
+
+    def take(self, generated: DataProto, version: int) -> None:
+        """The last segment's output, row for row: each sample's new tokens (cut at ``max_new_tokens``), their engine
+        log-probs and versions (the rows' ``policy_version``, else ``version``); a row that ended or filled its room
+        finishes its sample."""
+        if len(generated) != len(self._pending):
+            raise RuntimeError(f"partial rollouts: {len(generated)} rows came back for {len(self._pending)} sent")
+        tensors = generated.batch
+        lengths = tensors["response_mask"].sum(-1).tolist()
+        ended = tensors[ENDED].tolist()
+        versions = tensors["policy_version"].tolist() if "policy_version" in tensors else [version] * len(generated)
+        for row, (group, sample) in enumerate(self._pending):
+            keep = min(int(lengths[row]), self.max_new_tokens - len(sample.tokens))
+            sample.tokens += tensors["responses"][row, :keep].tolist()
+            sample.log_probs += tensors["rollout_log_probs"][row, :keep].tolist()
+            sample.versions += [int(versions[row])] * keep
+            sample.segments += 1
+            sample.finished = bool(ended[row]) or len(sample.tokens) >= self.max_new_tokens
+        self._pending = []
+
+    def finished_groups(self) -> int:
+        """Groups whose samples have all finished."""
+        return sum(group.complete for group in self.groups)
+
+    def unfinished(self) -> int:
+        """Samples still generating."""
+        return sum(not sample.finished for group in self.groups for sample in group.samples)
+
+    def complete(self) -> list[PartialGroup]:
+        """Take out the groups whose samples have all finished, in draw order."""
+        done = [group for group in self.groups if group.complete]
+        self.groups = [group for group in self.groups if not group.complete]
+        return done
+
+    def carried(self) -> int:
+        """Samples waiting for the next step (unfinished ones, and finished ones of unfinished groups)."""
+        return sum(len(group.samples) for group in self.groups)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """The groups and the uid counter, as JSON."""
+        return {"next_group": self.next_group, "groups": [
+            {"uid": group.uid, "prompt_ids": group.prompt_ids, "columns": group.columns,
+             "samples": [sample.__dict__.copy() for sample in group.samples]} for group in self.groups]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The groups a checkpoint carried."""
+        self.next_group = int(state["next_group"])
+        self.groups = [PartialGroup(str(group["uid"]), [int(t) for t in group["prompt_ids"]], dict(group["columns"]),
+                                    [PartialSample(**sample) for sample in group["samples"]]) for group in state["groups"]]
+        self._pending = []
+
+
+def training_batch(groups: list[PartialGroup], tokenizer: Any, max_new_tokens: int, temperature: float,
+                   pad_id: int) -> DataProto:
+    """The finished groups as one rollout batch in every engine's layout (:func:`rollout_batch`), with each token's
+    ``rollout_log_probs`` and ``token_versions``, each sample's ``policy_version`` (its oldest token's) and
+    ``partial_segments`` (the steps it was generated in)."""
+    samples = [(group, sample) for group in groups for sample in group.samples]
+    prompt_ids, prompt_mask = left_padded([group.prompt_ids for group, _ in samples], pad_id)
+    width = max_new_tokens
+    responses = torch.full((len(samples), width), pad_id, dtype=prompt_ids.dtype)
+    response_mask = torch.zeros((len(samples), width), dtype=prompt_mask.dtype)
+    log_probs = torch.zeros((len(samples), width), dtype=torch.float32)
+    versions = torch.zeros((len(samples), width), dtype=torch.int64)
+    for row, (_, sample) in enumerate(samples):
+        length = len(sample.tokens)
+        responses[row, :length] = torch.tensor(sample.tokens, dtype=responses.dtype)
+        response_mask[row, :length] = 1
+        log_probs[row, :length] = torch.tensor(sample.log_probs, dtype=torch.float32)
+        versions[row, :length] = torch.tensor(sample.versions, dtype=torch.int64)
+    columns = {key: _column([group.columns[key] for group, _ in samples]) for key in groups[0].columns}
+    columns["uid"] = _column([group.uid for group, _ in samples])
+    prompts = DataProto(batch={"input_ids": prompt_ids, "attention_mask": prompt_mask}, non_tensor_batch=columns, meta_info={})
+    oldest = torch.tensor([min(sample.versions) for _, sample in samples], dtype=torch.int64)
+    segments = torch.tensor([sample.segments for _, sample in samples], dtype=torch.int64)
+    params = SamplingParams(n=1, max_new_tokens=width, temperature=temperature)
+    return rollout_batch(prompts, responses, response_mask, tokenizer, params, {
+        "rollout_log_probs": log_probs, "token_versions": versions, "policy_version": oldest, "partial_segments": segments})
+
+
+def left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded to the longest: ``input_ids`` and ``attention_mask``."""
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        if row:
+            input_ids[index, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            attention_mask[index, width - len(row):] = 1
+    return input_ids, attention_mask
+
+
+def _plain(value: Any) -> Any:
+    """A column value as plain JSON data (numpy scalars and arrays become Python values and lists)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _column(values: list[Any]) -> np.ndarray:
+    """An object column of ``values`` (one per sample), as the prompt collation gives them."""
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    return column
