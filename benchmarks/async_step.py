@@ -479,6 +479,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
+    """Run the child's one recipe, or the speed or reward comparison, and print its table."""
     args = parse_args()
     if args.child:
         child(args.child)
