@@ -140,7 +140,8 @@ class Worker:
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def describe_process(self) -> dict[str, Any]:
-        """Rank, pid and node of this worker: used by tests and ``inspect-dispatch`` to show placement."""
+        """Rank, pid, node and torch threads of this worker: used by tests, ``workers.json`` and benchmarks to show
+        placement and that each process runs the threads its pool reserved."""
         return {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -149,6 +150,7 @@ class Worker:
             "node_ip": node_ip_address(),
             "node_id": ray_node_id(),
             "class": type(self).__name__,
+            "torch_threads": torch.get_num_threads(),
         }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, execute_mode=Execute.ALL)

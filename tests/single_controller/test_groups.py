@@ -220,6 +220,16 @@ def test_default_pools_fit_a_small_local_ray(ray_session):
             pool.release()
 
 
+def test_describe_process_reports_the_torch_threads_the_group_set(ray_session):
+    pool = RayResourcePool([1], name="threads")
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(EchoWorker).with_options(num_threads=3), role="threads")
+    try:
+        assert [d["torch_threads"] for d in group.describe_process()] == [3]
+    finally:
+        group.shutdown()
+        pool.release()
+
+
 def test_registering_a_reserved_name_is_refused():
     class BadWorker(EchoWorker):
         @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -1,0 +1,72 @@
+"""The async-step benchmark's rules that keep its rows comparable: equal cores and threads, and trained samples.
+
+Its old rows gave the colocated run one CPU and the separate runs two, so their ratio measured the second
+core. These tests pin, without starting anything, that every configuration reserves the same cores and
+threads in all, and that a partial run's rate counts the samples it trained, never a full batch it did not.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def async_step():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import async_step as module
+        yield module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _reserved(overrides: list[str]) -> tuple[int, int]:
+    """CPUs the pools reserve in all, and ray.num_cpus, read back from the overrides."""
+    pools = sum(int(o.split("=")[1]) for o in overrides if o.startswith("resource_pools.main.num_cpus_per_process="))
+    pools += sum(int(o.rsplit("num_cpus_per_process: ", 1)[1].rstrip("}")) for o in overrides
+                 if o.startswith("resource_pools.gen="))
+    ray_cpus = next(int(o.split("=")[1]) for o in overrides if o.startswith("ray.num_cpus="))
+    return pools, ray_cpus
+
+
+@pytest.mark.parametrize("cores", [2, 4])
+def test_every_configuration_reserves_the_same_cores_and_threads(async_step, cores):
+    for config in async_step.configs(1).values():
+        overrides = async_step.placement_overrides(config, cores, partial_tokens=64)
+        assert _reserved(overrides) == (cores, cores), config.label
+        assert sum(async_step.expected_threads(config, cores).values()) == cores, config.label
+        assert ("rollout.partial.max_tokens_per_step=64" in overrides) == config.partial
+
+
+def test_a_partial_run_is_rated_by_the_samples_it_trained(async_step):
+    partial = async_step.configs(1)["p-sep"]
+    result = {"step_ends": [(1, 10.0), (2, 12.0), (3, 16.0)], "threads": {}, "affinity": {}, "wall_s": 20.0,
+              "records": [{"step": s, async_step.TRAINED_SAMPLES_KEY: t} for s, t in [(1, 32), (2, 12), (3, 20)]]}
+    summary = async_step.summarize(result, partial, warmup=1, full_batch=32)
+    assert summary["trained_samples"] == [12, 20]
+    assert summary["samples_per_s"] == pytest.approx(32 / 6.0)
+    full = async_step.summarize(result, async_step.configs(1)["c"], warmup=1, full_batch=32)
+    assert full["samples_per_s"] == pytest.approx(64 / 6.0)
+
+
+def test_a_partial_run_without_its_trained_count_is_an_error_not_a_full_batch(async_step):
+    partial = async_step.configs(1)["p-co"]
+    result = {"step_ends": [(1, 1.0), (2, 2.0)], "threads": {}, "affinity": {}, "wall_s": 3.0,
+              "records": [{"step": 1}, {"step": 2}]}
+    with pytest.raises(RuntimeError, match=async_step.TRAINED_SAMPLES_KEY):
+        async_step.summarize(result, partial, warmup=1, full_batch=32)
+
+
+def test_a_run_whose_workers_ran_other_threads_than_its_row_claims_is_an_error(async_step):
+    colocated, separate = async_step.configs(1)["a"], async_step.configs(1)["c"]
+    ran = {"threads": {"actor": [1], "rollout": [1]}, "affinity": {"actor": [[0, 1]], "rollout": [[0, 1]]}}
+    async_step.check_threads(separate, ran, cores=2, cpus=[0, 1])
+    with pytest.raises(RuntimeError, match="claims 2"):
+        async_step.check_threads(colocated, ran, cores=2, cpus=[0, 1])
+    with pytest.raises(RuntimeError, match="outside"):
+        async_step.check_threads(separate, {**ran, "affinity": {"actor": [[0, 1, 2]]}}, cores=2, cpus=[0, 1])
