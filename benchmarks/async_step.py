@@ -12,7 +12,8 @@ Every configuration gets the same ``--cores`` (default 2) and the same number of
 - (c) separate, k=1: the actor's pool 1 CPU / 1 thread, the rollout pool 1 CPU / 1 thread;
 - (b) k=0 and (d) k=2 (``--configs``): (c)'s pools at another staleness;
 - (p-co) and (p-sep) with ``--partial TOKENS``: ``rollout.partial.max_tokens_per_step=TOKENS`` colocated on 2
-  threads and separate on 1 + 1, at ``trainer.max_staleness`` ``--partial-staleness`` (default 1).
+  threads and separate on 1 + 1, at ``trainer.max_staleness`` ``--partial-staleness`` (default 4), with
+  ``rollout.importance_cap: 2.0``. ``--model-path`` starts every run from a trained policy (an SFT export).
 
 Each run is a fresh child process with its own private local Ray of ``ray.num_cpus = --cores``, pinned
 (``sched_setaffinity``, inherited by Ray and its workers) to the same ``--cores`` cores of this machine, so a
@@ -104,8 +105,8 @@ def placement_overrides(config: Config, cores: int, partial_tokens: int | None =
                 "rollout.placement=separate", "rollout.pool=gen"]
     else:
         out += ["rollout.placement=colocated"]
-    if config.partial:
-        out += [f"rollout.partial.max_tokens_per_step={partial_tokens}"]
+    if config.partial:  # with the correction a user would run for the carried samples' older tokens
+        out += [f"rollout.partial.max_tokens_per_step={partial_tokens}", "rollout.importance_cap=2.0"]
     return out
 
 
@@ -314,8 +315,14 @@ def runnable(selected: list[Config], overrides_of: Any) -> list[Config]:
 def speed(args: argparse.Namespace) -> dict[str, Any] | None:
     """Alternate the selected configurations ``--rounds`` times, flipping the order each round."""
     task, prompt_tokens = task_overrides(args.task, args.max_new_tokens)
-    model = with_positions(QUICK_MODEL if args.quick else FULL_MODEL, prompt_tokens + args.max_new_tokens)
-    base = [*model_overrides(model), *task,
+    if args.model_path is not None:  # a trained start (an SFT export): its own architecture and weights
+        model = {key: value for key, value in json.loads((args.model_path / "config.json").read_text()).items()
+                 if key in FULL_MODEL}
+        architecture = [f"roles.actor.model.path={args.model_path}", f"{MODEL_KEY}=null"]
+    else:
+        model = with_positions(QUICK_MODEL if args.quick else FULL_MODEL, prompt_tokens + args.max_new_tokens)
+        architecture = model_overrides(model)
+    base = [*architecture, *task,
             f"trainer.batch_size={args.batch}", f"trainer.mini_batch_size={args.batch}", f"rollout.n={args.n}",
             *RUN_FILES, f"trainer.total_steps={args.steps}", "trainer.seed=0"]
     full_batch = args.batch * args.n
@@ -442,7 +449,11 @@ def parse_args() -> argparse.Namespace:
                         help="comma-separated keys among a,b,c,d,p-co,p-sep (default a,c; a,c,p-co,p-sep with --partial)")
     parser.add_argument("--partial", type=int, default=None, metavar="TOKENS",
                         help="add the partial-rollout rows with rollout.partial.max_tokens_per_step=TOKENS")
-    parser.add_argument("--partial-staleness", type=int, default=1, help="trainer.max_staleness of the partial rows (default 1)")
+    parser.add_argument("--partial-staleness", type=int, default=4,
+                        help="trainer.max_staleness of the partial rows (default 4: a 256-token response in 64-token steps)")
+    parser.add_argument("--model-path", type=Path, default=None,
+                        help="start every run from this HF model directory (an SFT export: a policy whose responses end) "
+                             "instead of the random inline 33.68M model")
     parser.add_argument("--trace", action="store_true", help="trace the separate k>=1 runs and report the generate/update overlap")
     parser.add_argument("--reward", action="store_true", help="final reward of the quickstart at k=0 vs k=1 instead")
     parser.add_argument("--seeds", default="0", help="--reward: comma-separated trainer.seed values (default 0)")
