@@ -2,7 +2,7 @@
 
     python benchmarks/train_step.py [--steps 8] [--warmup 2] [--sizes tiny,small,33m] [--no-kl]
                                     [--placement colocated|separate] [--staleness K]
-                                    [--backend ray|local] [--json results.json] [--dry-run]
+                                    [--backend ray|local] [--set KEY=VALUE ...] [--json results.json] [--dry-run]
                                     [--compare KEY=VALUE ... [--rounds 3]]
 
 The sizes run one after the other, each on a fresh private local Ray; the first ``--warmup`` steps of
@@ -21,6 +21,9 @@ during the previous step; ``time/step`` still covers the whole step, wait includ
 ``window_s_per_step`` (the wall-clock from the first timed step's start to the last step's end, over the
 timed steps, from the trace) checks it. ``--dry-run`` loads and validates each recipe and prints its
 model, pools and threads without training.
+
+``--set`` adds recipe overrides to every run (say ``rollout.dtype=bfloat16 rollout.importance_cap=2.0``: the
+precision ``vs_trl.py --bf16`` times); the results and ``--dry-run`` name the actor's and the engine's dtypes.
 
 ``--compare`` times the recipe as it is against the recipe with the given overrides (say
 ``roles.reward.pool=driver``), alternating the two ``--rounds`` times per size and swapping which goes
@@ -41,7 +44,9 @@ from omegaconf import DictConfig, OmegaConf
 from bench_sizes import SIZES
 from flops import matmul_peak, model_parameters, percent, shares
 from rlhfctl.recipe import load_recipe, present_roles, validate_recipe
+from rlhfctl.recipe.off_policy import off_policy_corrections
 from rlhfctl.recipe.resolve import ROLLOUT_ROLE, rollout_on_own_pool
+from rlhfctl.recipe.resolved import resolve
 from rlhfctl.trace import TRACE_FILE
 from rlhfctl.trainer import run_training
 
@@ -81,6 +86,14 @@ def worker_threads(cfg: DictConfig) -> dict[str, dict[str, int | None]]:
                    "threads": role_groups.cpu_threads_per_process(recipe, pool)} for pool in sorted(pools)}
 
 
+def precision(cfg: DictConfig) -> dict[str, object]:
+    """The actor's compute dtype, the engine's (``rollout.dtype`` as resolved) and the off-policy corrections set, so a
+    result says which precision it timed."""
+    resolved = resolve(cfg)
+    return {"actor_dtype": str(cfg.roles.actor.model.dtype), "rollout_dtype": resolved.rollout.dtype,
+            "corrections": off_policy_corrections(resolved)}
+
+
 def recipe(overrides: list[str], steps: int, warmup: int, out: str) -> DictConfig:
     """The quickstart with ``overrides``, the batch and a traced run of ``warmup + steps`` steps into ``out``."""
     return load_recipe(RECIPE, [*overrides, *BATCH, f"trainer.total_steps={warmup + steps}", f"trainer.output_dir={out}",
@@ -108,7 +121,7 @@ def measure(name: str, overrides: list[str], steps: int, warmup: int = 2) -> dic
         "architecture": OmegaConf.to_container(cfg.roles.actor.model.config, resolve=True),
         "new_tokens": int(cfg.rollout.max_new_tokens), "temperature": float(cfg.rollout.temperature),
         "placement": str(cfg.rollout.placement), "max_staleness": int(cfg.trainer.max_staleness),
-        "workers": worker_threads(cfg),
+        "workers": worker_threads(cfg), **precision(cfg),
         "s_per_step": statistics.median(step_seconds),
         "mean_s_per_step": statistics.mean(step_seconds),
         "min_s_per_step": min(step_seconds),
@@ -133,7 +146,8 @@ def describe(name: str, overrides: list[str], steps: int, warmup: int) -> dict:
             "parameters": model_parameters(OmegaConf.to_container(cfg.roles.actor.model, resolve=True)),
             "prompts": int(cfg.trainer.batch_size), "n": int(cfg.rollout.n), "new_tokens": int(cfg.rollout.max_new_tokens),
             "temperature": float(cfg.rollout.temperature), "placement": str(cfg.rollout.placement),
-            "max_staleness": int(cfg.trainer.max_staleness), "workers": worker_threads(cfg), "steps": warmup + steps}
+            "max_staleness": int(cfg.trainer.max_staleness), "workers": worker_threads(cfg), **precision(cfg),
+            "steps": warmup + steps}
 
 
 def trace_spans(trace_path: Path, warmup: int, generator: str) -> tuple[dict[str, float], float]:
@@ -194,6 +208,8 @@ def main() -> None:
                         help="trainer.max_staleness: batches the rollout may run ahead (default 0; above 0 needs --placement separate)")
     parser.add_argument("--backend", choices=("ray", "local"), default="ray",
                         help="ray (default): the recipe's Ray workers; local: every role in this process")
+    parser.add_argument("--set", nargs="+", metavar="KEY=VALUE", default=[], dest="overrides",
+                        help="recipe overrides for every run (say rollout.dtype=bfloat16 rollout.importance_cap=2.0)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--dry-run", action="store_true", help="validate each size's recipe and print what would run")
     parser.add_argument("--compare", nargs="+", metavar="KEY=VALUE", default=None,
@@ -206,7 +222,10 @@ def main() -> None:
         parser.error(f"unknown size(s) {unknown}; choose from {list(SIZES)}")
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be at least 1")
-    extra = [f"ray.backend={args.backend}", *(NO_KL if args.no_kl else []), *placement_overrides(args.placement, args.staleness)]
+    if bad := [item for item in args.overrides if "=" not in item]:
+        parser.error(f"--set takes KEY=VALUE overrides, got {bad}")
+    extra = [f"ray.backend={args.backend}", *(NO_KL if args.no_kl else []), *placement_overrides(args.placement, args.staleness),
+             *args.overrides]
     runs = [(SIZES[size]["label"], [*size_overrides(size), *extra]) for size in picked]
     if args.dry_run:
         described = [describe(label, overrides, args.steps, args.warmup) for label, overrides in runs]
@@ -228,7 +247,8 @@ def main() -> None:
     results = [measure(label, overrides, args.steps, args.warmup) for label, overrides in runs]
     print(f"medians of {args.steps} steps after {args.warmup} warm-up; backend {args.backend}; "
           f"{'no KL (no reference)' if args.no_kl else 'KL loss with a reference, as the quickstart'}; "
-          f"rollout {args.placement}, max_staleness {args.staleness}")
+          f"rollout {args.placement}, max_staleness {args.staleness}"
+          f"{'; overrides ' + ' '.join(args.overrides) if args.overrides else ''}")
     print_results(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

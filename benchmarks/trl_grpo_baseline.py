@@ -1,7 +1,7 @@
 """Seconds per GRPO optimizer step of TRL's GRPOTrainer on the model, batch and lengths of train_step.py.
 
     /tmp/trl-venv/bin/python benchmarks/trl_grpo_baseline.py [--size tiny|small|33m] [--steps 8] [--threads N]
-                                                              [--json PATH] [--dry-run]
+                                                              [--bf16] [--json PATH] [--dry-run]
 
 Runs in a separate virtualenv that has ``trl`` (see benchmarks/README.md); rlhfctl itself is imported
 from this checkout only for the character tokenizer, the model config builder and the "digits" task,
@@ -9,6 +9,11 @@ none of which needs Ray. The policy is a Qwen2ForCausalLM built from a config wi
 (nothing is downloaded). One optimizer step consumes 8 prompts x 4 samples of up to the size's new tokens
 (32; 128 at ``33m``), as in ``benchmarks/train_step.py``; the first ``--warmup`` steps are left out of the
 median. ``--dry-run`` builds the model and prints its architecture and parameters without training.
+
+``--bf16`` sets ``GRPOConfig(bf16=True)`` (TRL's own default; float32 otherwise): accelerate's native mixed precision,
+on CPU ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the model's forward with float32 weights and optimizer
+state. Generation calls the same forward, so it samples in bf16 too; the result records the dtype the model's output
+layer returned during the timed ``generate`` calls and during the rest of the step, so the run shows what it computed in.
 """
 
 from __future__ import annotations
@@ -87,15 +92,27 @@ class StepTimer(TrainerCallback):
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.generate: list[float] = []
+        self.generating = False
+        self.output_dtypes: dict[str, set[str]] = {"generate": set(), "rest": set()}
+
+    def watch_dtype(self, model: torch.nn.Module) -> None:
+        """Note the dtype of the output layer's logits in and out of ``generate`` (bf16 under autocast)."""
+
+        def hook(module, inputs, output):  # noqa: ANN001, ANN202
+            self.output_dtypes["generate" if self.generating else "rest"].add(str(output.dtype))
+
+        model.get_output_embeddings().register_forward_hook(hook)
 
     def wrap_generate(self, model: torch.nn.Module) -> None:
         inner = model.generate
 
         def timed_generate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             start = time.perf_counter()
+            self.generating = True
             try:
                 return inner(*args, **kwargs)
             finally:
+                self.generating = False
                 if self.generate:
                     self.generate[-1] += time.perf_counter() - start
 
@@ -109,7 +126,7 @@ class StepTimer(TrainerCallback):
         self.ends.append(time.perf_counter())
 
 
-def make_args(out_dir: str, total_steps: int, beta: float, new_tokens: int) -> GRPOConfig:
+def make_args(out_dir: str, total_steps: int, beta: float, new_tokens: int, bf16: bool = False) -> GRPOConfig:
     # One optimizer step per generation batch: per_device_train_batch_size counts *completions*, so 32 rows
     # = 8 prompts x 4 generations; gradient_accumulation_steps=1 makes steps_per_generation=1 and
     # generation_batch_size=32, and num_iterations=1 keeps it on-policy (no separate old-logprob pass).
@@ -130,7 +147,7 @@ def make_args(out_dir: str, total_steps: int, beta: float, new_tokens: int) -> G
         max_steps=total_steps,
         use_vllm=False,
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,  # GRPOConfig defaults to True when unset; False keeps the float32 comparison unless --bf16
         fp16=False,
         gradient_checkpointing=False,  # TRL's default is True; rlhfctl's quickstart does not checkpoint
         logging_strategy="no",
@@ -144,7 +161,7 @@ def make_args(out_dir: str, total_steps: int, beta: float, new_tokens: int) -> G
     )
 
 
-def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) -> dict:
+def run(size: str, steps: int, warmup: int, beta: float, threads: int | None, bf16: bool = False) -> dict:
     if threads:
         torch.set_num_threads(threads)
     tokenizer = CharTokenizer()
@@ -160,12 +177,13 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) ->
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=digits_reward,
-            args=make_args(out_dir, warmup + steps, beta, SIZES[size]["new_tokens"]),
+            args=make_args(out_dir, warmup + steps, beta, SIZES[size]["new_tokens"], bf16),
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[timer],
         )
         timer.wrap_generate(model)
+        timer.watch_dtype(model)
         trainer.remove_callback(PrinterCallback)  # disable_tqdm adds it; it would print the end-of-run summary
         t0 = time.perf_counter()
         trainer.train()
@@ -184,6 +202,10 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) ->
         "temperature": TEMPERATURE,
         "architecture": architecture(size),
         "beta": beta,
+        "bf16": bf16,
+        "mixed_precision": str(trainer.accelerator.mixed_precision),
+        "native_amp": bool(trainer.accelerator.native_amp),
+        "output_dtypes": {phase: sorted(dtypes) for phase, dtypes in timer.output_dtypes.items()},
         "torch_threads": torch.get_num_threads(),
         "warmup_steps": warmup,
         "timed_steps": len(timed),
@@ -201,14 +223,15 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None) ->
     }
 
 
-def describe(size: str, threads: int | None) -> dict:
+def describe(size: str, threads: int | None, bf16: bool = False) -> dict:
     """What ``run`` would time: the built model's architecture and parameters, the batch and the threads."""
     if threads:
         torch.set_num_threads(threads)
     model = build_model(size, CharTokenizer())
     return {"model": SIZES[size]["label"], "architecture": architecture(size),
             "parameters": sum(p.numel() for p in model.parameters()), "prompts": PROMPTS_PER_STEP, "n": GENERATIONS,
-            "new_tokens": SIZES[size]["new_tokens"], "temperature": TEMPERATURE, "torch_threads": torch.get_num_threads()}
+            "new_tokens": SIZES[size]["new_tokens"], "temperature": TEMPERATURE, "torch_threads": torch.get_num_threads(),
+            "bf16": bf16}
 
 
 def main() -> None:
@@ -220,20 +243,23 @@ def main() -> None:
                         help="KL coefficient; 0.0 (TRL's default) skips the reference model, 0.001 matches the "
                              "quickstart's KL loss")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="GRPOConfig(bf16=True): bf16 autocast over float32 weights, generation included (default float32)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     parser.add_argument("--dry-run", action="store_true", help="build the model, print what would run, train nothing")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     transformers.utils.logging.disable_progress_bar()
     if args.dry_run:
-        described = describe(args.size, args.threads)
+        described = describe(args.size, args.threads, args.bf16)
         print(json.dumps(described))
         if args.json:
             args.json.write_text(json.dumps(described, indent=1))
         return
-    result = run(args.size, args.steps, args.warmup, args.beta, args.threads)
+    result = run(args.size, args.steps, args.warmup, args.beta, args.threads, args.bf16)
     print(f"{result['framework']}  {result['model']}  {result['params']:,} params  beta={result['beta']}  "
-          f"torch threads={result['torch_threads']}")
+          f"torch threads={result['torch_threads']}  bf16={result['bf16']} (mixed_precision "
+          f"{result['mixed_precision']}; logits {result['output_dtypes']})")
     print(f"{PROMPTS_PER_STEP} prompts x {GENERATIONS} generations, <= {result['max_completion_length']} new tokens; "
           f"{result['timed_steps']} timed steps after {result['warmup_steps']} warm-up")
     print(f"median {result['median_s_per_step']:.3f} s/step  (mean {result['mean_s_per_step']:.3f}, "
