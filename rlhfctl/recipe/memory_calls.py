@@ -46,6 +46,7 @@ __all__ = [
     "model_shape",
     "pool_phases",
     "rollout_engine",
+    "rows_per_step",
     "samples_per_step",
     "sequence_length",
     "stage_of",
@@ -229,7 +230,7 @@ def generation_rows(recipe: Recipe, world: int) -> int:
     """Rows one rank of the generating role samples per generate call: ``samples_per_step`` / ``world``, over
     ``rollout.stream_chunks`` calls with a separate rollout group (a colocated actor generates in one call)."""
     chunks = int(recipe.rollout.settings.stream_chunks) if generating_role(recipe) == ROLLOUT_ROLE else 1
-    return math.ceil(samples_per_step(recipe) / chunks / world)
+    return math.ceil(rows_per_step(recipe) / chunks / world)
 
 
 def rollout_engine(recipe: Recipe) -> str:
@@ -246,6 +247,14 @@ def sequence_length(recipe: Recipe) -> int:
 def samples_per_step(recipe: Recipe) -> int:
     """``trainer.batch_size`` x ``rollout.n``."""
     return int(recipe.trainer.batch_size) * int(recipe.rollout.settings.n)
+
+
+def rows_per_step(recipe: Recipe) -> int:
+    """The most samples a step generates and trains: ``samples_per_step``, times ``1 + trainer.max_staleness`` with
+    partial rollouts (a segment continues the samples carried from up to that many earlier steps, and a step trains
+    every group that finished)."""
+    carried_steps = recipe.rollout.max_staleness if recipe.rollout.partial_budget is not None else 0
+    return samples_per_step(recipe) * (1 + int(carried_steps))
 
 
 # ------------------------------------------------------------------ the terms of each call
@@ -577,7 +586,7 @@ def _ppo_calls(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int,
                engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
     """(call, group, its own terms) for the PPO step's calls of the roles in one process, in step order."""
     length, response = sequence_length(recipe), recipe.rollout.response_width
-    rows = {role: math.ceil(samples_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
+    rows = {role: math.ceil(rows_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
     micro = {role: recipe.roles[role].settings.get("micro_batch_size") for role in roles if role not in ("reward", ROLLOUT_ROLE)}
     calls = _generate_call(recipe, roles, rank, engine)
     if "reward" in roles:

@@ -78,3 +78,12 @@ def test_the_cli_exits_2_with_the_message_and_no_traceback():
     result = validate_cli(QUICKSTART, PARTIAL)
     assert result.exit_code == 2
     assert f"{KEY}: 8 carries unfinished samples" in result.output
+
+
+def test_the_memory_plan_sizes_a_segment_for_the_samples_carried_from_max_staleness_earlier_steps():
+    from rlhfctl.recipe.memory_calls import generation_rows, rows_per_step, samples_per_step
+
+    plain = resolve(load_recipe(QUICKSTART, []))
+    partial = resolve(load_recipe(QUICKSTART, [PARTIAL, "trainer.max_staleness=2", "rollout.importance_cap=2.0"]))
+    assert rows_per_step(plain) == samples_per_step(plain) == 64  # 16 prompts x 4
+    assert rows_per_step(partial) == 64 * 3 and generation_rows(partial, 2) == 96
