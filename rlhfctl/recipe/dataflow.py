@@ -143,7 +143,8 @@ def training_step(recipe: Recipe) -> list[StepCall]:
         generated += (_f("rollout_log_probs"),)
     generator = "actor" if pool is None else ROLLOUT_ROLE
     steps = [StepCall(generator, "generate_sequences", f"sample {n} response(s) per prompt", "prompts", _PROMPT_IN,
-                      generated, fan_out=n, note=_joined(_engine_note(recipe, vllm, pool), _dynamic_sampling_note(recipe, pool)))]
+                      generated, fan_out=n, note=_joined(_engine_note(recipe, vllm, pool), _dynamic_sampling_note(recipe, pool),
+                                                         _partial_note(recipe)))]
     steps += _scoring(step)
     if step.needs_old_log_probs:
         steps.append(StepCall("actor", "compute_log_prob", "log-probs of the sampled tokens before the update",
@@ -201,6 +202,16 @@ def _dynamic_sampling_note(recipe: Recipe, pool: str | None) -> str:
     queued = "each extra call queues behind the batches in flight, on the group's current weights" if pool is not None else ""
     return _joined(f"repeated with its scoring on more prompts until trainer.batch_size groups differ in {dynamic.metric}, "
                    f"at most {int(dynamic.max_num_gen_batches)} calls a step (algorithm.filter_groups)", queued)
+
+
+def _partial_note(recipe: Recipe) -> str:
+    """What a partial rollout's generate call is: a segment of budgeted tokens, the unfinished samples carried."""
+    budget = recipe.rollout.partial_budget
+    if budget is None:
+        return ""
+    return (f"a segment: each unfinished sample, new or carried, continues from its prefix for at most {budget} tokens "
+            "(rollout.partial.max_tokens_per_step); the groups whose samples all finished go on to be scored and "
+            "trained, the others wait for the next step (their tokens, rollout_log_probs and token_versions kept)")
 
 
 def _joined(*notes: str) -> str:

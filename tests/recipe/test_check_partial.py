@@ -87,3 +87,13 @@ def test_the_memory_plan_sizes_a_segment_for_the_samples_carried_from_max_stalen
     partial = resolve(load_recipe(QUICKSTART, [PARTIAL, "trainer.max_staleness=2", "rollout.importance_cap=2.0"]))
     assert rows_per_step(plain) == samples_per_step(plain) == 64  # 16 prompts x 4
     assert rows_per_step(partial) == 64 * 3 and generation_rows(partial, 2) == 96
+
+
+def test_the_dataflow_labels_the_generate_call_a_segment_with_its_budget():
+    from rlhfctl.recipe.dataflow import training_step
+
+    plain = training_step(resolve(load_recipe(QUICKSTART, [])))[0]
+    generate = training_step(resolve(load_recipe(QUICKSTART, [PARTIAL, "trainer.max_staleness=1"])))[0]
+    assert generate.method == "generate_sequences" and "segment" not in plain.note
+    assert "continues from its prefix for at most 8 tokens (rollout.partial.max_tokens_per_step)" in generate.note
+    assert "rollout_log_probs" in [tensor.name for tensor in generate.outputs]
