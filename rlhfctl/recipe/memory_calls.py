@@ -250,9 +250,9 @@ def samples_per_step(recipe: Recipe) -> int:
 
 
 def rows_per_step(recipe: Recipe) -> int:
-    """The most samples a step generates and trains: ``samples_per_step``, times ``1 + trainer.max_staleness`` with
-    partial rollouts (a segment continues the samples carried from up to that many earlier steps, and a step trains
-    every group that finished)."""
+    """The most samples a step generates: ``samples_per_step``, times ``1 + trainer.max_staleness`` with partial
+    rollouts (a segment continues the samples carried from up to that many earlier steps; the step trains at most
+    ``samples_per_step`` of them)."""
     carried_steps = recipe.rollout.max_staleness if recipe.rollout.partial_budget is not None else 0
     return samples_per_step(recipe) * (1 + int(carried_steps))
 
@@ -586,7 +586,7 @@ def _ppo_calls(recipe: Recipe, roles: Mapping[str, PlannedRole], rank: int,
                engine: _Engine | None) -> list[tuple[str, str, list[Term]]]:
     """(call, group, its own terms) for the PPO step's calls of the roles in one process, in step order."""
     length, response = sequence_length(recipe), recipe.rollout.response_width
-    rows = {role: math.ceil(rows_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
+    rows = {role: math.ceil(samples_per_step(recipe) / planned.memory.world_size) for role, planned in roles.items()}
     micro = {role: recipe.roles[role].settings.get("micro_batch_size") for role in roles if role not in ("reward", ROLLOUT_ROLE)}
     calls = _generate_call(recipe, roles, rank, engine)
     if "reward" in roles:

@@ -358,7 +358,7 @@ class DataConfig(Section):
 class PartialRolloutConfig(Section):
     """Partial rollouts: generation stops at a token budget per step and unfinished samples continue next step (docs/rollout.md)."""
 
-    max_tokens_per_step: Optional[int] = _field(None, "the most tokens a sample is given in one step; a sample not finished by then (no EOS, under rollout.max_new_tokens) keeps its tokens, behaviour log-probs and per-token policy versions and continues in the next step on the newer weights; a step trains the groups whose samples all finished; needs trainer.max_staleness >= 1, which also bounds the age of a sample's oldest token (older groups are dropped and counted) (null: off)", min=1)
+    max_tokens_per_step: Optional[int] = _field(None, "the most tokens a sample is given in one step; a sample not finished by then (no EOS, under rollout.max_new_tokens) keeps its tokens, behaviour log-probs and per-token policy versions and continues in the next step on the newer weights; a step trains the groups whose samples all finished, at most trainer.batch_size of them, the oldest first; needs trainer.max_staleness >= 1 (2 on a rollout group of its own), which also bounds the age of a sample's oldest token (older groups are dropped and counted) (null: off)", min=1)
 
 
 @dataclass(eq=False)

@@ -3,9 +3,9 @@
 A step draws its prompts as any step does and adds them to the :class:`~rlhfctl.rollout.partial_buffer.PartialBuffer`
 as new groups, drops the carried groups that would train too old (``trainer.max_staleness``), and sends one
 generation call, the *segment*, with every unfinished sample continued from its prefix for at most the budget's
-tokens. The groups whose samples have all finished are this step's batch, so its size varies around
-``trainer.batch_size`` groups; the others wait for the next step, which continues the unfinished ones on the weights
-its update left. Long responses are what waits, not the step. Should no group have finished, the step sends another
+tokens. The groups whose samples have all finished, at most ``trainer.batch_size`` of them and the oldest drawn
+first, are this step's batch, so the update keeps the synchronous step's mini-batches (a step may train fewer); the
+others wait for the next step, which continues the unfinished ones on the weights its update left. Long responses are what waits, not the step. Should no group have finished, the step sends another
 segment on the same weights, so every step trains something. The finished groups go on to the reward, values, token scores and
 reference like any rollout (:func:`~rlhfctl.rollout.colocated.send_scoring`).
 
@@ -45,6 +45,7 @@ class PartialSettings:
         self.max_new_tokens = int(recipe.rollout.settings.max_new_tokens)
         self.temperature = float(recipe.rollout.settings.temperature)
         self.pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+        self.groups_per_step = int(recipe.trainer.batch_size)  # the most groups a step trains: the update's usual shape
 
 
 class PartialRollout:
@@ -83,7 +84,7 @@ class PartialRollout:
             if buffer.finished_groups() or not buffer.unfinished():
                 break
             pending = self.send_segment(buffer.segment())  # no group finished: more tokens on the same weights
-        groups = buffer.complete()
+        groups = buffer.complete(self.settings.groups_per_step)
         self.back = True
         self.collected()
         settings = self.settings

@@ -7,7 +7,8 @@ then. Every token remembers the policy version that sampled it and its log-prob 
 off-policy corrections weigh each token by its own behaviour policy.
 
 GRPO compares a prompt's samples with each other, so samples live in groups (one prompt, ``rollout.n`` samples) and
-a step trains the groups whose samples have all finished. A group's age is the age of its oldest token: a group that
+a step trains the groups whose samples have all finished, at most ``trainer.batch_size`` of them (the oldest drawn
+first; the update keeps the synchronous step's shape), and the others wait. A group's age is the age of its oldest token: a group that
 would train more than ``trainer.max_staleness`` versions after that token was sampled is dropped, and counted.
 
 This module is pure data: no worker calls. :class:`PartialBuffer` is JSON-serializable (``state_dict``), so a
@@ -128,10 +129,10 @@ class PartialBuffer:
         """Samples still generating."""
         return sum(not sample.finished for group in self.groups for sample in group.samples)
 
-    def complete(self) -> list[PartialGroup]:
-        """Take out the groups whose samples have all finished, in draw order."""
-        done = [group for group in self.groups if group.complete]
-        self.groups = [group for group in self.groups if not group.complete]
+    def complete(self, limit: int | None = None) -> list[PartialGroup]:
+        """Take out the groups whose samples have all finished (at most ``limit``), the oldest drawn first."""
+        done = [group for group in self.groups if group.complete][:limit]
+        self.groups = [group for group in self.groups if group not in done]
         return done
 
     def carried(self) -> int:

@@ -137,3 +137,13 @@ def test_rows_that_do_not_match_the_segment_are_refused():
     buffer.segment()
     with pytest.raises(RuntimeError, match="1 rows came back for 2 sent"):
         buffer.take(generated([[10]], 2), 0)
+
+
+def test_a_step_takes_at_most_its_batch_of_finished_groups_the_oldest_first_and_the_rest_wait():
+    buffer = PartialBuffer(n=1, max_new_tokens=4, budget=2, max_staleness=3)
+    buffer.add(prompts([[5], [6], [7]]))
+    buffer.segment()
+    buffer.take(generated([[10, EOS], [11, EOS], [12, EOS]], 2), version=0)
+    assert [group.uid for group in buffer.complete(2)] == ["g0", "g1"]
+    assert buffer.finished_groups() == 1 and buffer.carried() == 1
+    assert [group.uid for group in buffer.complete(2)] == ["g2"]
