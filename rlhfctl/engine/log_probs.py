@@ -69,7 +69,7 @@ def sequence_log_probs(
     if chunk:
         return _chunked_log_probs(model, batch, position_ids, chunk, padding_free, options)
     # One prompt pass per distinct prompt where the batch repeats prompts (n samples each) and it pays.
-    logits = shared_prompt_logits(model, batch, position_ids)
+    logits = shared_prompt_logits(model, batch, position_ids, padding_free)
     if logits is None and padding_free:
         return packed_response_log_probs(model, batch, position_ids, chunk_tokens=0, **options)
     if logits is None:
@@ -98,7 +98,7 @@ def _chunked_log_probs(
     responses = batch["responses"]
     rows, response_length = responses.shape
     scoring = functools.partial(scoring_head, model, chunk_tokens=chunk, **options)
-    scores = shared_prompt_scores(model, batch, position_ids, scoring)
+    scores = shared_prompt_scores(model, batch, position_ids, scoring, padding_free)
     if scores is None and padding_free:
         return packed_response_log_probs(model, batch, position_ids, chunk_tokens=chunk, **options)
     if scores is None:

@@ -10,7 +10,9 @@ of forward and backward work: with 8 prompts x 4 samples, 16 prompt and 32 respo
 of them; with 128-token prompts, about 60%.
 
 Two calls instead of one cost a fixed overhead, which a toy model (hidden 64) does not earn back, so the
-shared pass runs only when ``saved positions x hidden_size^2`` reaches :data:`MIN_SAVED_WORK`. It also
+shared pass runs only when ``saved positions x hidden_size^2`` reaches :data:`MIN_SAVED_WORK`. Its response pass
+runs every row at the batch's full response width, so beside a padding-free plain pass (the real tokens only) it
+runs only when it has fewer positions than that: a batch of short responses in a wide ``max_new_tokens`` goes packed. It also
 needs a model whose cache layers are plain full attention (``rlhfctl.rollout.kv_cache.full_attention_cache``),
 the ``sdpa`` or ``eager`` attention kernel (the ones it is tested with), and no gradient checkpointing
 while training (transformers turns the cache off there).
@@ -83,8 +85,10 @@ class _SharedPlan:
     cache: Any
 
 
-def _shared_plan(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> _SharedPlan | None:
-    """Whether the shared pass applies and pays for ``batch``, and its rows; None for the plain pass."""
+def _shared_plan(model: nn.Module, batch: Mapping[str, torch.Tensor], padding_free: bool = False) -> _SharedPlan | None:
+    """Whether the shared pass applies and pays for ``batch``, and its rows; None for the plain pass. With
+    ``padding_free`` the plain pass runs the real tokens only, so the shared pass (its responses padded to the batch's
+    width) must run fewer positions than those to pay."""
     mode = _mode()
     if mode == "off":
         return None
@@ -102,6 +106,8 @@ def _shared_plan(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> _Shared
     saved = (rows - first.shape[0]) * prompt_width
     if saved == 0:
         return None
+    if padding_free and first.shape[0] * prompt_width + rows * (width - prompt_width) >= int(attention_mask.sum()):
+        return None  # short responses in a wide batch: the packed pass runs fewer positions
     hidden = getattr(getattr(inner, "config", None), "hidden_size", None)
     if mode == "auto" and isinstance(hidden, int) and saved * hidden * hidden < MIN_SAVED_WORK:
         return None
@@ -146,11 +152,12 @@ def _shared_passes(
 
 
 def shared_prompt_logits(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor
+    model: nn.Module, batch: Mapping[str, torch.Tensor], position_ids: torch.Tensor, padding_free: bool = False
 ) -> torch.Tensor | None:
     """Logits (rows, R, vocab) predicting each of the R response tokens, from one pass per distinct
-    prompt; None when the shared pass does not apply or would not pay (the caller runs the plain pass)."""
-    plan = _shared_plan(model, batch)
+    prompt; None when the shared pass does not apply or would not pay against the plain pass, packed with
+    ``padding_free`` (the caller runs the plain pass)."""
+    plan = _shared_plan(model, batch, padding_free)
     if plan is None:
         return None
     prompt_logits, response_logits = _shared_passes(
@@ -165,10 +172,12 @@ def shared_prompt_scores(
     batch: Mapping[str, torch.Tensor],
     position_ids: torch.Tensor,
     scoring: Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], contextlib.AbstractContextManager],
+    padding_free: bool = False,
 ) -> torch.Tensor | None:
     """Scores (rows, R, 2) of the response tokens from the shared pass, the output layer run under
-    ``scoring(select, targets)`` (``rlhfctl.engine.forward.scoring_head``); None where the shared pass does not apply."""
-    plan = _shared_plan(model, batch)
+    ``scoring(select, targets)`` (``rlhfctl.engine.forward.scoring_head``); None where the shared pass does not apply
+    or would not pay (``padding_free``: against the packed pass)."""
+    plan = _shared_plan(model, batch, padding_free)
     if plan is None:
         return None
     responses = batch["responses"]

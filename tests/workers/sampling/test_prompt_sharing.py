@@ -98,6 +98,30 @@ def test_auto_mode_shares_only_when_the_saved_work_pays(monkeypatch):
         assert calls == [12]
 
 
+def test_beside_a_padding_free_pass_short_responses_in_a_wide_batch_go_packed(monkeypatch):
+    """The shared pass runs every row at the full response width; packed, only the real tokens run. Responses of 2
+    real tokens in 40 columns: packing has fewer positions, so it wins; with the whole width real, sharing does."""
+    model = tiny_model().eval()
+    monkeypatch.setenv(SHARED_PROMPT_ENV, "1")
+    short = grouped_batch(response_width=40)
+    width = short["input_ids"].shape[1]
+    short["attention_mask"][:, width - 38:] = 0  # every response: 2 real tokens, then padding
+    short["position_ids"] = position_ids_from_mask(short["attention_mask"])
+    calls = count_forward_rows(model)
+    with torch.no_grad():
+        packed = sequence_log_probs(model, short, with_entropy=False, padding_free=True, chunk_tokens=0)[0]
+        assert calls == [1]  # one packed row
+        calls.clear()
+        plain = sequence_log_probs(model, short, with_entropy=False, padding_free=False, chunk_tokens=0)[0]
+        assert calls == [4, 12]  # without packing, the shared pass still pays
+        real = short["attention_mask"][:, -40:].bool() & short["attention_mask"][:, -41:-1].bool()
+        torch.testing.assert_close(packed[real], plain[real], rtol=1e-5, atol=1e-5)
+        calls.clear()
+        long_prompts = grouped_batch(prompt_width=16, response_width=40)
+        sequence_log_probs(model, long_prompts, with_entropy=False, padding_free=True, chunk_tokens=0)
+        assert calls == [4, 12]  # full-width responses: sharing the prompts runs fewer positions
+
+
 def test_gradient_checkpointing_sliding_windows_and_other_kernels_keep_the_plain_pass(monkeypatch):
     monkeypatch.setenv(SHARED_PROMPT_ENV, "1")
     batch = grouped_batch()

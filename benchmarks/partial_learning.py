@@ -1,0 +1,118 @@
+"""Does a partial rollout learn as the synchronous step does? The final reward at equal trained samples, per seed.
+
+    python benchmarks/partial_learning.py --model-path /tmp/sft33/model [--steps 24] [--seeds 0,1] [--partial 32]
+    python benchmarks/partial_learning.py --quick                    # tiny model, 16 tokens, 6 steps, one seed
+
+Each seed runs (a) the synchronous colocated step for ``--steps`` steps and (p-co) partial rollouts colocated
+(``rollout.partial.max_tokens_per_step``, ``trainer.max_staleness`` ``--partial-staleness``, ``importance_cap 2.0``)
+until it has trained at least as many samples, on the same cores and threads (``benchmarks/async_step.py``'s runs:
+fresh child processes, pinned, 2 torch threads). A partial step trains at most the synchronous step's batch, often
+fewer, so it runs more steps (``--extra`` of them at most).
+
+The final reward is the sample-weighted mean of ``reward/mean`` over the last ``--window`` synchronous batches' worth
+of trained samples, ending where the synchronous run ends: the same number of samples on both sides. The target is a
+relative difference within 5%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from async_step import (FULL_MODEL, MODEL_KEY, QUICK_MODEL, RUN_FILES, configs, model_overrides,  # noqa: E402
+                        pick_cpus, placement_overrides, run_config, task_overrides, with_positions)
+
+TARGET = 0.05
+
+
+def trained(record: dict[str, Any], full_batch: int) -> float:
+    """Samples a step trained: its partial count, else the full batch."""
+    return float(record.get("rollout/partial/trained_samples", full_batch))
+
+
+def reward_at(records: list[dict[str, Any]], full_batch: int, until: float, window: float) -> float:
+    """The sample-weighted mean reward/mean over the trained samples in (until - window, until]."""
+    total = weighted = seen = 0.0
+    for record in records:
+        count = trained(record, full_batch)
+        low, high = seen, seen + count
+        seen = high
+        share = max(0.0, min(high, until) - max(low, until - window))
+        weighted += share * record["reward/mean"]
+        total += share
+        if seen >= until:
+            break
+    if seen < until:
+        raise RuntimeError(f"the run trained {seen:.0f} samples, fewer than the {until:.0f} compared; raise --extra")
+    return weighted / total
+
+
+def main() -> None:
+    """Both configurations per seed; prints the table and writes ``--json``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-path", type=Path, default=None, help="an HF model directory to start from (an SFT export)")
+    parser.add_argument("--task", default="repeat?max_len=256&alpha=1.2")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=24, help="steps of the synchronous run (default 24)")
+    parser.add_argument("--extra", type=int, default=None, help="most extra steps of the partial run (default steps // 2)")
+    parser.add_argument("--window", type=int, default=6, help="batches of samples the final reward averages (default 6)")
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--partial", type=int, default=32, help="rollout.partial.max_tokens_per_step (default 32)")
+    parser.add_argument("--partial-staleness", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="tiny model, 16 tokens, 6 steps, seed 0")
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.max_new_tokens, args.steps, args.seeds, args.window, args.partial = 16, 6, "0", 2, 4
+    extra = args.extra if args.extra is not None else max(2, args.steps // 2)
+    task, prompt_tokens = task_overrides(args.task, args.max_new_tokens)
+    if args.model_path is not None:
+        architecture = [f"roles.actor.model.path={args.model_path}", f"{MODEL_KEY}=null"]
+    else:
+        model = with_positions(QUICK_MODEL if args.quick else FULL_MODEL, prompt_tokens + args.max_new_tokens)
+        architecture = model_overrides(model)
+    base = [*architecture, *task, f"trainer.batch_size={args.batch}", f"trainer.mini_batch_size={args.batch}",
+            f"rollout.n={args.n}", *RUN_FILES]
+    full_batch, cpus, by_key = args.batch * args.n, pick_cpus(args.cores), configs(args.partial_staleness)
+    until, window = float(args.steps * full_batch), float(args.window * full_batch)
+    rows = []
+    for index, seed in enumerate(int(part) for part in args.seeds.split(",")):
+        order = ["a", "p-co"] if index % 2 == 0 else ["p-co", "a"]
+        finals, runs = {}, {}
+        for key in order:
+            config = by_key[key]
+            steps = args.steps + (extra if config.partial else 0)
+            overrides = [*base, *placement_overrides(config, args.cores, args.partial), f"trainer.total_steps={steps}",
+                         f"trainer.seed={seed}"]
+            result = run_config(overrides, cpus, args.timeout)
+            records = result["records"]
+            finals[key] = reward_at(records, full_batch, until, window)
+            runs[key] = {"steps": len(records), "trained": sum(trained(r, full_batch) for r in records),
+                         "wall_s": result["wall_s"], "dropped": sum(r.get("rollout/partial/dropped", 0) for r in records)}
+            print(f"seed {seed} {config.label}: reward {finals[key]:.4f} at {until:.0f} samples "
+                  f"({len(records)} steps, {runs[key]['trained']:.0f} trained, {runs[key]['dropped']:.0f} dropped, "
+                  f"run {result['wall_s']:.0f} s)", flush=True)
+        relative = abs(finals["p-co"] - finals["a"]) / abs(finals["a"]) if finals["a"] else float("inf")
+        rows.append({"seed": seed, "sync": finals["a"], "partial": finals["p-co"], "relative_diff": relative, "runs": runs})
+    print(f"\n{'seed':>5}{'sync':>9}{'partial':>9}{'rel. diff':>11}  within {TARGET:.0%}")
+    for row in rows:
+        print(f"{row['seed']:>5}{row['sync']:>9.4f}{row['partial']:>9.4f}{row['relative_diff']:>11.1%}  "
+              f"{'yes' if row['relative_diff'] <= TARGET else 'no'}")
+    print(f"final reward: sample-weighted reward/mean over samples {until - window:.0f}-{until:.0f} of each run; "
+          f"task {args.task}, {args.batch} x {args.n}, up to {args.max_new_tokens} tokens, partial budget {args.partial}, "
+          f"max_staleness {args.partial_staleness}; cores {cpus}")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "until": until, "window": window}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
