@@ -22,6 +22,7 @@ from rlhfctl.single_controller.futures import GroupFuture, PendingUnion
 from rlhfctl.single_controller.worker_group import GroupMethod
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.rollout.partial import PartialRollout, PartialSettings, partial_buffer
+from rlhfctl.rollout.staleness import updates_before
 from rlhfctl.trainer.prompt_source import to_dataproto
 
 __all__ = ["CallWhenNeeded", "Done", "NoReward", "Rollout", "Rollouts", "TokenScorer", "join", "reward_call", "send_scoring"]
@@ -243,7 +244,7 @@ class Rollouts:
         """Step ``step``'s partial rollout: its prompts added as new groups, the groups too old for this step's weights
         dropped; its segments are sent when the step reads its responses."""
         self.partial.add(to_dataproto(next(self.batcher), self.tokenizer))
-        version = max(0, step - 1 - self._critic_warmup)  # the updates before this step (StalenessSchedule's count)
+        version = updates_before(step, self._critic_warmup)
         dropped = self.partial.drop_stale(version)
         return PartialRollout(step, self.partial, self._partial_settings, version, dropped, self._send_segment,
                               self._score_finished)

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["StalenessSchedule"]
+__all__ = ["StalenessSchedule", "updates_before"]
+
+
+def updates_before(step: int, critic_warmup_steps: int = 0) -> int:
+    """The policy version that trains step ``step`` (from 1): the actor's updates before it (none during the critic's
+    warmup), the count every version in a run is measured in."""
+    return max(0, step - 1 - critic_warmup_steps)
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,7 @@ class StalenessSchedule:
 
     def updates_before(self, step: int) -> int:
         """The actor's version when step ``step`` (from 1) trains: the updates of the steps before it."""
-        return max(0, step - 1 - self.critic_warmup_steps)
+        return updates_before(step, self.critic_warmup_steps)
 
     def may_send(self, step: int, synced_version: int, in_flight: int = 0) -> bool:
         """Whether step ``step``'s batch may be generated now, with the rollout group at ``synced_version`` and
