@@ -52,6 +52,22 @@ def reward_at(records: list[dict[str, Any]], full_batch: int, until: float, wind
     return weighted / total
 
 
+def up_to(records: list[dict[str, Any]], step_ends: list[list[float]], full_batch: int, until: float) -> dict[str, float]:
+    """Where a run reaches ``until`` trained samples: its step, the seconds since its first step ended, the response
+    tokens trained by then, and the samples still carried (generated in part, not trained yet)."""
+    seen = tokens = 0.0
+    ends = dict((int(step), float(end)) for step, end in step_ends)
+    for record in records:
+        count = trained(record, full_batch)
+        seen += count
+        tokens += count * record["response_length/mean"]
+        if seen >= until:
+            step = int(record["step"])
+            return {"step": step, "seconds": ends[step] - ends[1], "response_tokens": tokens,
+                    "carried": float(record.get("rollout/partial/carried", 0.0))}
+    raise RuntimeError(f"the run trained {seen:.0f} samples, fewer than the {until:.0f} compared; raise --extra")
+
+
 def main() -> None:
     """Both configurations per seed; prints the table and writes ``--json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -96,17 +112,24 @@ def main() -> None:
             result = run_config(overrides, cpus, args.timeout)
             records = result["records"]
             finals[key] = reward_at(records, full_batch, until, window)
+            reached = up_to(records, result["step_ends"], full_batch, until)
             runs[key] = {"steps": len(records), "trained": sum(trained(r, full_batch) for r in records),
-                         "wall_s": result["wall_s"], "dropped": sum(r.get("rollout/partial/dropped", 0) for r in records)}
-            print(f"seed {seed} {config.label}: reward {finals[key]:.4f} at {until:.0f} samples "
-                  f"({len(records)} steps, {runs[key]['trained']:.0f} trained, {runs[key]['dropped']:.0f} dropped, "
-                  f"run {result['wall_s']:.0f} s)", flush=True)
+                         "wall_s": result["wall_s"], "dropped": sum(r.get("rollout/partial/dropped", 0) for r in records),
+                         **reached}
+            print(f"seed {seed} {config.label}: reward {finals[key]:.4f} at {until:.0f} samples, reached at step "
+                  f"{reached['step']} after {reached['seconds']:.1f} s ({reached['response_tokens']:.0f} response "
+                  f"tokens trained, {reached['carried']:.0f} carried); {len(records)} steps, "
+                  f"{runs[key]['dropped']:.0f} dropped, run {result['wall_s']:.0f} s", flush=True)
         relative = abs(finals["p-co"] - finals["a"]) / abs(finals["a"]) if finals["a"] else float("inf")
         rows.append({"seed": seed, "sync": finals["a"], "partial": finals["p-co"], "relative_diff": relative, "runs": runs})
-    print(f"\n{'seed':>5}{'sync':>9}{'partial':>9}{'rel. diff':>11}  within {TARGET:.0%}")
+    print(f"\n{'seed':>5}{'sync':>9}{'partial':>9}{'rel. diff':>11}  within {TARGET:.0%}  {'s sync':>8}{'s partial':>10}"
+          f"{'speed-up':>9}")
     for row in rows:
+        sync_s, partial_s = row["runs"]["a"]["seconds"], row["runs"]["p-co"]["seconds"]
         print(f"{row['seed']:>5}{row['sync']:>9.4f}{row['partial']:>9.4f}{row['relative_diff']:>11.1%}  "
-              f"{'yes' if row['relative_diff'] <= TARGET else 'no'}")
+              f"{'yes' if row['relative_diff'] <= TARGET else 'no':>9}  {sync_s:>8.1f}{partial_s:>10.1f}"
+              f"{sync_s / partial_s:>9.2f}")
+    print("seconds: from the end of step 1 to the step where the run has trained the compared samples")
     print(f"final reward: sample-weighted reward/mean over samples {until - window:.0f}-{until:.0f} of each run; "
           f"task {args.task}, {args.batch} x {args.n}, up to {args.max_new_tokens} tokens, partial budget {args.partial}, "
           f"max_staleness {args.partial_staleness}; cores {cpus}")
