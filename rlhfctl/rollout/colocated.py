@@ -241,9 +241,10 @@ class Rollouts:
         return send_scoring(self.critic, self.reference, self.scorers, prompts, batch)
 
     def _send_partial(self, step: int) -> PartialRollout:
-        """Step ``step``'s partial rollout: its prompts added as new groups, the groups too old for this step's weights
-        dropped; its segments are sent when the step reads its responses."""
-        self.partial.add(to_dataproto(next(self.batcher), self.tokenizer))
+        """Step ``step``'s partial rollout: its prompts added as new groups (unless enough are in the making), the groups
+        too old for this step's weights dropped; its segments are sent when the step reads its responses."""
+        if self.partial.wants_prompts(self._partial_settings.groups_per_step):
+            self.partial.add(to_dataproto(next(self.batcher), self.tokenizer))
         version = updates_before(step, self._critic_warmup)
         dropped = self.partial.drop_stale(version)
         return PartialRollout(step, self.partial, self._partial_settings, version, dropped, self._send_segment,

@@ -6,6 +6,9 @@ what it has and continues in the next step from its prefix (the prompt and its t
 then. Every token remembers the policy version that sampled it and its log-prob under that policy, so the update's
 off-policy corrections weigh each token by its own behaviour policy.
 
+A step draws a new batch of prompts only while fewer than two batches of groups are in the making: when long
+responses pile up, steps continue them alone rather than widen every segment with new prompts.
+
 GRPO compares a prompt's samples with each other, so samples live in groups (one prompt, ``rollout.n`` samples) and
 a step trains the groups whose samples have all finished, at most ``trainer.batch_size`` of them (the oldest drawn
 first; the update keeps the synchronous step's shape), and the others wait. A group's age is the age of its oldest token: a group that
@@ -26,7 +29,10 @@ import torch
 from rlhfctl.protocol import DataProto
 from rlhfctl.rollout.generation import SamplingParams, rollout_batch
 
-__all__ = ["PartialBuffer", "PartialGroup", "PartialSample", "training_batch"]
+__all__ = ["POOL_BATCHES", "PartialBuffer", "PartialGroup", "PartialSample", "training_batch"]
+
+POOL_BATCHES = 2
+"""The most batches of groups in the making before a step stops drawing new prompts (see ``wants_prompts``)."""
 
 ENDED = "ended"
 """The column a generation call adds under ``meta_info["partial"]``: whether each row's last token is an EOS."""
@@ -120,6 +126,12 @@ class PartialBuffer:
             sample.segments += 1
             sample.finished = bool(ended[row]) or len(sample.tokens) >= self.max_new_tokens
         self._pending = []
+
+    def wants_prompts(self, groups_per_step: int) -> bool:
+        """Whether a step should draw new prompts: fewer than :data:`POOL_BATCHES` batches of groups are in the making.
+        Past that, the step continues the carried samples alone, so long responses cannot grow the segment (and the
+        staleness of what waits) without bound."""
+        return len(self.groups) < POOL_BATCHES * groups_per_step
 
     def finished_groups(self) -> int:
         """Groups whose samples have all finished."""

@@ -301,19 +301,17 @@ class SeparateRollouts:
         """Step ``step``'s partial rollout: its prompts added as new groups, the groups too old for the weights that
         train it dropped, and its first segment sent now, on the rollout group's current weights."""
         before = (self.batcher.state_dict(), self.draws, self.partial.state_dict())
-        prompts, _ = self._draw()
-        self.partial.add(prompts)
+        if self.partial.wants_prompts(self._partial_settings.groups_per_step):
+            self.partial.add(self._draw()[0])
         version = self.schedule.updates_before(step)
         dropped = self.partial.drop_stale(version)
-        rollout = PartialRollout(step, self.partial, self._partial_settings, version, dropped, self._send_segment,
-                                 self._score_finished, first=self._send_segment(self.partial.segment(), self.draws - 1),
-                                 collected=self._fill, extra_metrics=lambda: self.sync_metrics(step), before=before)
-        return rollout
+        return PartialRollout(step, self.partial, self._partial_settings, version, dropped, self._send_segment,
+                              self._score_finished, first=self._send_segment(self.partial.segment()),
+                              collected=self._fill, extra_metrics=lambda: self.sync_metrics(step), before=before)
 
-    def _send_segment(self, segment: DataProto, draw: int | None = None) -> Any:
-        """A partial rollout's segment on the rollout group: the prompts' draw number for the first, a new one after."""
-        if draw is None:
-            draw, self.draws = self.draws, self.draws + 1
+    def _send_segment(self, segment: DataProto) -> Any:
+        """A partial rollout's segment on the rollout group, numbered like a draw (its random stream)."""
+        draw, self.draws = self.draws, self.draws + 1
         segment.meta_info.update(draw=draw, chunk=0, chunks=1)
         return self.rollout.generate_sequences.submit(segment)
 

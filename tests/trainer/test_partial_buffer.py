@@ -147,3 +147,12 @@ def test_a_step_takes_at_most_its_batch_of_finished_groups_the_oldest_first_and_
     assert [group.uid for group in buffer.complete(2)] == ["g0", "g1"]
     assert buffer.finished_groups() == 1 and buffer.carried() == 1
     assert [group.uid for group in buffer.complete(2)] == ["g2"]
+
+
+def test_new_prompts_are_wanted_only_while_fewer_than_two_batches_of_groups_are_in_the_making():
+    buffer = PartialBuffer(n=1, max_new_tokens=8, budget=2, max_staleness=3)
+    assert buffer.wants_prompts(2)
+    buffer.add(prompts([[5], [6], [7]]))
+    assert buffer.wants_prompts(2)  # 3 of at most 4
+    buffer.add(prompts([[8]]))
+    assert not buffer.wants_prompts(2) and buffer.wants_prompts(3)
