@@ -9,8 +9,8 @@ until it has trained at least as many samples, on the same cores and threads (``
 fresh child processes, pinned, 2 torch threads). A partial step trains at most the synchronous step's batch, often
 fewer, so it runs more steps (``--extra`` of them at most).
 
-The final reward is the held-out reward (``val/reward/mean``: ``--val-prompts`` prompts answered greedily after every
-step), averaged, weighted by the samples each step trained, over the last ``--window`` synchronous batches' worth of
+The final reward is the held-out reward (``val/reward/mean``: ``--val-prompts`` prompts answered greedily every
+``--val-every`` steps), averaged over the validations in the window, weighted by the samples each step trained, over the last ``--window`` synchronous batches' worth of
 trained samples, ending where the synchronous run ends: the same number of samples on both sides. The training batches'
 own reward is printed beside it but is not the measure: a partial step trains the groups that finished first, the short
 answers, so its batches are easier than the synchronous step's. The target is a relative difference within 5%. The
@@ -49,12 +49,15 @@ def reward_at(records: list[dict[str, Any]], full_batch: int, until: float, wind
         low, high = seen, seen + count
         seen = high
         share = max(0.0, min(high, until) - max(low, until - window))
-        weighted += share * record[key]
-        total += share
+        if key in record:  # validation runs every --val-every steps
+            weighted += share * record[key]
+            total += share
         if seen >= until:
             break
     if seen < until:
         raise RuntimeError(f"the run trained {seen:.0f} samples, fewer than the {until:.0f} compared; raise --extra")
+    if not total:
+        raise RuntimeError(f"no step in the compared window logged {key}; lower --val-every or widen --window")
     return weighted / total
 
 
@@ -89,13 +92,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--val-prompts", type=int, default=64, help="held-out prompts, scored greedily after every step")
+    parser.add_argument("--val-prompts", type=int, default=32, help="held-out prompts, scored greedily (default 32)")
+    parser.add_argument("--val-every", type=int, default=4, help="steps between validations (default 4)")
     parser.add_argument("--quick", action="store_true", help="tiny model, 16 tokens, 6 steps, seed 0")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.quick:
-        args.max_new_tokens, args.steps, args.seeds, args.window, args.partial = 16, 6, "0", 2, 4
+        args.max_new_tokens, args.steps, args.seeds, args.window, args.partial, args.val_every = 16, 6, "0", 2, 4, 1
     extra = args.extra if args.extra is not None else max(2, args.steps // 2)
     task, prompt_tokens = task_overrides(args.task, args.max_new_tokens)
     if args.model_path is not None:
@@ -104,7 +108,7 @@ def main() -> None:
         model = with_positions(QUICK_MODEL if args.quick else FULL_MODEL, prompt_tokens + args.max_new_tokens)
         architecture = model_overrides(model)
     base = [*architecture, *task, f"trainer.batch_size={args.batch}", f"trainer.mini_batch_size={args.batch}",
-            f"rollout.n={args.n}", *RUN_FILES, "trainer.val_every=1", f"data.num_val={args.val_prompts}"]
+            f"rollout.n={args.n}", *RUN_FILES, f"trainer.val_every={args.val_every}", f"data.num_val={args.val_prompts}"]
     full_batch, cpus, by_key = args.batch * args.n, pick_cpus(args.cores), configs(args.partial_staleness)
     until, window = float(args.steps * full_batch), float(args.window * full_batch)
     rows = []

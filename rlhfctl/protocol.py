@@ -18,12 +18,13 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["DataProto"]
+__all__ = ["DataProto", "plain_value"]
 
 
 def _as_object_array(values: Sequence[Any]) -> np.ndarray:
@@ -78,6 +79,20 @@ def _numpy_to_tensor(dtype_name: str, array: np.ndarray) -> torch.Tensor:
     if dtype_name == "bfloat16":
         tensor = tensor.view(torch.bfloat16)
     return tensor
+
+
+def plain_value(value: Any) -> Any:
+    """A column value as plain Python data (NumPy arrays and scalars become lists and Python values, recursively):
+    what JSON, a checkpoint or an agent program can take."""
+    if isinstance(value, np.ndarray):
+        return [plain_value(item) for item in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {str(key): plain_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_value(item) for item in value]
+    return value
 
 
 def columns_equal(left: np.ndarray, right: np.ndarray, name: str = "column") -> bool:

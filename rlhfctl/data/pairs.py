@@ -44,6 +44,7 @@ __all__ = [
     "collate_policy_pairs",
     "collate_reward_pairs",
     "fit_example",
+    "left_padded",
 ]
 
 _OVERLONG = ("error", "truncate", "skip")
@@ -341,7 +342,8 @@ def _right_padded(sequences: Sequence[Sequence[int]], pad_token_id: int, width: 
     return ids, mask
 
 
-def _left_padded(sequences: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_padded(sequences: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded to the longest: ``input_ids`` and ``attention_mask`` (prompts, partial rollouts' prefixes)."""
     width = max(len(sequence) for sequence in sequences)
     ids = torch.full((len(sequences), width), int(pad_token_id), dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -425,7 +427,7 @@ def collate_policy_pairs(rows: Sequence[PreferencePair], pad_token_id: int) -> d
     """
     if not rows:
         raise ValueError("collate_policy_pairs needs at least one pair")
-    prompts, prompt_mask = _left_padded([row.prompt_ids for row in rows], pad_token_id)
+    prompts, prompt_mask = left_padded([row.prompt_ids for row in rows], pad_token_id)
     width = max(max(len(row.chosen_ids), len(row.rejected_ids)) for row in rows)
     out: dict[str, torch.Tensor] = {}
     for side in ("chosen", "rejected"):

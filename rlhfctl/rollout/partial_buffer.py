@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlhfctl.protocol import DataProto
+from rlhfctl.data.pairs import left_padded
+from rlhfctl.protocol import DataProto, plain_value
 from rlhfctl.rollout.generation import SamplingParams, rollout_batch
 
-__all__ = ["POOL_BATCHES", "PartialBuffer", "PartialGroup", "PartialSample", "training_batch"]
+__all__ = ["POOL_BATCHES", "PartialBuffer", "PartialGroup", "PartialSample", "left_padded", "training_batch"]
 
 POOL_BATCHES = 2
 """The most batches of groups in the making before a step stops drawing new prompts (see ``wants_prompts``)."""
@@ -84,7 +85,7 @@ class PartialBuffer:
         ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
         others = {key: values for key, values in prompts.non_tensor_batch.items() if key != "uid"}
         for row in range(len(prompts)):
-            columns = {key: _plain(values[row]) for key, values in others.items()}
+            columns = {key: plain_value(values[row]) for key, values in others.items()}
             self.groups.append(PartialGroup(f"g{self.next_group}", ids[row][mask[row].bool()].tolist(), columns,
                                             [PartialSample() for _ in range(self.n)]))
             self.next_group += 1
@@ -104,7 +105,7 @@ class PartialBuffer:
             raise RuntimeError("partial rollouts: a segment with no unfinished sample")
         rows = [group.prompt_ids + sample.tokens for group, sample in self._pending]
         room = max(self.max_new_tokens - len(sample.tokens) for _, sample in self._pending)
-        input_ids, attention_mask = left_padded(rows, pad_id=0)
+        input_ids, attention_mask = left_padded(rows, 0)
         return DataProto.from_dict({"input_ids": input_ids, "attention_mask": attention_mask},
                                    meta_info={"n": 1, "max_new_tokens": min(self.budget, room), "partial": True})
 
@@ -192,31 +193,6 @@ def training_batch(groups: list[PartialGroup], tokenizer: Any, max_new_tokens: i
     params = SamplingParams(n=1, max_new_tokens=width, temperature=temperature)
     return rollout_batch(prompts, responses, response_mask, tokenizer, params, {
         "rollout_log_probs": log_probs, "token_versions": versions, "policy_version": oldest, "partial_segments": segments})
-
-
-def left_padded(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows left-padded to the longest: ``input_ids`` and ``attention_mask``."""
-    width = max(len(row) for row in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        if row:
-            input_ids[index, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            attention_mask[index, width - len(row):] = 1
-    return input_ids, attention_mask
-
-
-def _plain(value: Any) -> Any:
-    """A column value as plain JSON data (numpy scalars and arrays become Python values and lists)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
 
 
 def _column(values: list[Any]) -> np.ndarray:

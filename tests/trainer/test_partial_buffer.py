@@ -18,7 +18,7 @@ EOS = 99
 
 
 def prompts(rows: list[list[int]]) -> DataProto:
-    input_ids, attention_mask = left_padded(rows, pad_id=0)
+    input_ids, attention_mask = left_padded(rows, 0)
     return DataProto.from_dict({"input_ids": input_ids, "attention_mask": attention_mask},
                                {"uid": [f"p{i}" for i in range(len(rows))], "ground_truth": [str(i) for i in range(len(rows))]})
 

@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np
 
 from rlhfctl.agents.chat_turns import ChatTurns
 from rlhfctl.agents.endpoint.http_server import HOST, HttpRequest, HttpResponse, HttpServer, NoFreePort
@@ -56,6 +55,7 @@ from rlhfctl.agents.llm import LLM
 from rlhfctl.agents.loop import AgentSample
 from rlhfctl.agents.tool_calls import tool_call_parser
 from rlhfctl.agents.trajectory import Trajectory
+from rlhfctl.protocol import plain_value
 from rlhfctl.recipe.errors import RecipeError
 
 __all__ = ["AgentEndpoint", "EndpointRun", "plain_columns"]
@@ -81,18 +81,7 @@ class _Sampled(NamedTuple):
 
 def plain_columns(columns: Mapping[str, Any]) -> dict[str, Any]:
     """A sample's dataset columns as plain Python values (NumPy arrays and scalars converted), as a program gets them."""
-    def plain(value: Any) -> Any:
-        if isinstance(value, np.ndarray):
-            return [plain(item) for item in value.tolist()]
-        if isinstance(value, np.generic):
-            return value.item()
-        if isinstance(value, Mapping):
-            return {str(key): plain(item) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(item) for item in value]
-        return value
-
-    return {str(key): plain(value) for key, value in columns.items()}
+    return {str(key): plain_value(value) for key, value in columns.items()}
 
 
 class AgentEndpoint:
