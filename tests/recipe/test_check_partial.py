@@ -3,26 +3,18 @@ naming both keys, the rollouts that shape their own calls, a budget that carries
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from rlhfctl.recipe import load_recipe, validate_recipe
+from rlhfctl.recipe import load_recipe
 from rlhfctl.recipe.check_partial import check_partial
 from rlhfctl.recipe.off_policy import actor_update_note
 from rlhfctl.recipe.resolved import resolve
 from rlhfctl.recipe.validate import PPO_CHECKS
 from tests.recipe.builders import validate_cli
+from tests.recipe.test_check_importance import QUICKSTART, SEPARATE, issues
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "recipes" / "quickstart.yaml"
-SEPARATE = ["resource_pools.gen={process_on_nodes: [1], use_gpu: false}", "rollout.placement=separate", "rollout.pool=gen"]
 PARTIAL = "rollout.partial.max_tokens_per_step=8"
 KEY = "rollout.partial.max_tokens_per_step"
-
-
-def issues(*overrides: str, severity: str = "error") -> dict[str, str]:
-    report = validate_recipe(load_recipe(QUICKSTART, list(overrides)))
-    return {issue.key_path: issue.message for issue in report.issues if issue.severity == severity}
 
 
 def test_the_check_is_one_of_validates_ppo_checks():
