@@ -39,8 +39,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from async_step import (BATCH, FULL_MODEL, QUICK_MODEL, RECIPE, REWARD_WINDOW, RUN_FILES, final_reward,
-                        model_overrides, placement_overrides, run_config)
+from async_step import (FULL_MODEL, QUICK_MODEL, RECIPE, REWARD_WINDOW, RUN_FILES, configs, final_reward,
+                        model_overrides, pick_cpus, placement_overrides, run_config)
+
+BATCH = ["trainer.batch_size=8", "trainer.mini_batch_size=8", "rollout.n=4", "data.task=digits"]
+"""The 33m size's batch: async_step.py's digits workload, 8 prompts x 4."""
+COLOCATED = configs(1)["a"]
 
 CORRECTIONS = {"cap": (["rollout.importance_cap=2.0"], "actor/behav_imp_weight/capped_fraction"),
                "mask": (["rollout.importance_mask=[0.5,2.0]"], "actor/behav_imp_weight/masked_fraction")}
@@ -92,18 +96,18 @@ def summarize(result: dict[str, Any], samples: int, warmup: int, share_key: str)
 
 def measure(args: argparse.Namespace, size: str) -> list[dict[str, Any]]:
     """Every round and seed: both configurations in fresh children, the order flipped every round."""
-    base = [*size_overrides(size, args.quick), *placement_overrides(None, args.threads), *RUN_FILES,
+    base = [*size_overrides(size, args.quick), *placement_overrides(COLOCATED, args.threads), *RUN_FILES,
             f"trainer.total_steps={args.steps}"]
     samples = samples_per_step(base)
     share_key = CORRECTIONS[args.correction][1]
-    rows = []
+    rows, cpus = [], pick_cpus(args.threads)
     for round_index in range(args.rounds):
         order = [FLOAT32, BF16] if round_index % 2 == 0 else [BF16, FLOAT32]
         for seed in args.seeds:
             runs = {}
             for config in order:
                 overrides = [*base, *config_overrides(config, args.correction), f"trainer.seed={seed}"]
-                runs[config] = summarize(run_config(overrides, args.timeout), samples, args.warmup, share_key)
+                runs[config] = summarize(run_config(overrides, cpus, args.timeout), samples, args.warmup, share_key)
                 run = runs[config]
                 diff = "-" if run["logprob_diff"] is None else f"{run['logprob_diff']:.2e}"
                 print(f"{size} round {round_index + 1} seed {seed} {label(config, args.correction)}: "

@@ -70,3 +70,17 @@ def test_a_run_whose_workers_ran_other_threads_than_its_row_claims_is_an_error(a
         async_step.check_threads(colocated, ran, cores=2, cpus=[0, 1])
     with pytest.raises(RuntimeError, match="outside"):
         async_step.check_threads(separate, {**ran, "affinity": {"actor": [[0, 1, 2]]}}, cores=2, cpus=[0, 1])
+
+
+def test_the_benchmarks_built_on_its_runs_import_what_it_offers(async_step):
+    """rollout_precision.py and partial_learning.py reuse async_step's runs; a rename there broke one silently once."""
+    import importlib
+
+    precision = importlib.import_module("rollout_precision")
+    learning = importlib.import_module("partial_learning")
+    assert precision.COLOCATED.key == "a" and not precision.COLOCATED.separate
+    records = [{"step": 1, "reward/mean": 0.0, "rollout/partial/trained_samples": 16.0},
+               {"step": 2, "reward/mean": 1.0, "val/reward/mean": 0.5, "rollout/partial/trained_samples": 32.0}]
+    # samples 9-40: 8 of step 1's (reward 0) and 24 of step 2's (reward 1); only step 2 validated
+    assert learning.reward_at(records, 32, until=40.0, window=32.0) == pytest.approx((8 * 0.0 + 24 * 1.0) / 32)
+    assert learning.reward_at(records, 32, until=40.0, window=32.0, key="val/reward/mean") == 0.5
