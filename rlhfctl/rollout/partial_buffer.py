@@ -154,16 +154,18 @@ class PartialBuffer:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """The groups and the uid counter, as JSON."""
+        """The groups and the uid counter, as JSON: a copy, which later segments do not change (a snapshot taken
+        before a segment is sent is what a resume or a restart rewinds to)."""
         return {"next_group": self.next_group, "groups": [
-            {"uid": group.uid, "prompt_ids": group.prompt_ids, "columns": group.columns,
-             "samples": [sample.__dict__.copy() for sample in group.samples]} for group in self.groups]}
+            {"uid": group.uid, "prompt_ids": list(group.prompt_ids), "columns": dict(group.columns),
+             "samples": [_sample_state(sample) for sample in group.samples]} for group in self.groups]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The groups a checkpoint carried."""
         self.next_group = int(state["next_group"])
         self.groups = [PartialGroup(str(group["uid"]), [int(t) for t in group["prompt_ids"]], dict(group["columns"]),
-                                    [PartialSample(**sample) for sample in group["samples"]]) for group in state["groups"]]
+                                    [PartialSample(**_sample_state(PartialSample(**sample))) for sample in group["samples"]])
+                       for group in state["groups"]]
         self._pending = []
 
 
@@ -193,6 +195,11 @@ def training_batch(groups: list[PartialGroup], tokenizer: Any, max_new_tokens: i
     params = SamplingParams(n=1, max_new_tokens=width, temperature=temperature)
     return rollout_batch(prompts, responses, response_mask, tokenizer, params, {
         "rollout_log_probs": log_probs, "token_versions": versions, "policy_version": oldest, "partial_segments": segments})
+
+
+def _sample_state(sample: PartialSample) -> dict[str, Any]:
+    """A sample's fields with lists of their own."""
+    return {key: list(value) if isinstance(value, list) else value for key, value in sample.__dict__.items()}
 
 
 def _column(values: list[Any]) -> np.ndarray:

@@ -156,3 +156,20 @@ def test_new_prompts_are_wanted_only_while_fewer_than_two_batches_of_groups_are_
     assert buffer.wants_prompts(2)  # 3 of at most 4
     buffer.add(prompts([[8]]))
     assert not buffer.wants_prompts(2) and buffer.wants_prompts(3)
+
+
+def test_a_snapshot_is_not_changed_by_the_segments_after_it():
+    buffer = PartialBuffer(n=1, max_new_tokens=8, budget=2, max_staleness=3)
+    buffer.add(prompts([[5]]))
+    buffer.segment()
+    buffer.take(generated([[10, 11]], 2), version=0)
+    snapshot = buffer.state_dict()
+    frozen = json.dumps(snapshot)
+    buffer.segment()
+    buffer.take(generated([[12, 13]], 2), version=1)  # the same sample goes on
+    assert json.dumps(snapshot) == frozen and snapshot["groups"][0]["samples"][0]["tokens"] == [10, 11]
+    restored = PartialBuffer(n=1, max_new_tokens=8, budget=2, max_staleness=3)
+    restored.load_state_dict(snapshot)
+    restored.segment()
+    restored.take(generated([[20, 21]], 2), version=1)
+    assert snapshot["groups"][0]["samples"][0]["tokens"] == [10, 11]  # loading does not share its lists either
