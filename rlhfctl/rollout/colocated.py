@@ -25,7 +25,7 @@ from rlhfctl.rollout.partial import PartialRollout, PartialSettings, partial_buf
 from rlhfctl.rollout.staleness import updates_before
 from rlhfctl.trainer.prompt_source import to_dataproto
 
-__all__ = ["CallWhenNeeded", "Done", "NoReward", "Rollout", "Rollouts", "TokenScorer", "join", "reward_call", "send_scoring"]
+__all__ = ["CallWhenNeeded", "Done", "NoReward", "Rollout", "Rollouts", "TokenScorer", "join", "reward_call", "score_on_driver", "send_scoring"]
 
 TokenScorer = tuple[WorkerGroup, str]
 """A frozen role's group and the method whose per-token column the advantages read (``TOKEN_SCORING_ROLES``)."""
@@ -89,6 +89,13 @@ def send_scoring(critic: WorkerGroup | None, reference: WorkerGroup | None, scor
     token_scores = tuple(getattr(group, method).submit(batch) for group, method in scorers)
     reference_log_probs = None if reference is None else reference.compute_ref_log_prob.submit(batch)
     return Rollout(prompts, Done(batch), reward, values, reference_log_probs, token_scores)
+
+
+def score_on_driver(reward: WorkerGroup | None, critic: WorkerGroup | None, reference: WorkerGroup | None,
+                    scorers: Sequence[TokenScorer], prompts: DataProto, batch: DataProto) -> Rollout:
+    """The reward and every scoring call of a batch assembled on the driver (a partial rollout's finished groups)."""
+    rewarded = reward_call(reward, Done(batch), lambda done: reward.compute_rewards.submit(done.get()))
+    return send_scoring(critic, reference, scorers, prompts, batch, rewarded)
 
 
 class NoReward:
@@ -258,9 +265,7 @@ class Rollouts:
         return self.actor.generate_sequences.submit(segment)
 
     def _score_finished(self, prompts: DataProto, batch: DataProto) -> Rollout:
-        """The finished groups' reward and scoring calls (the batch is on the driver)."""
-        reward = reward_call(self.reward, Done(batch), lambda done: self.reward.compute_rewards.submit(done.get()))
-        return send_scoring(self.critic, self.reference, self.scorers, prompts, batch, reward)
+        return score_on_driver(self.reward, self.critic, self.reference, self.scorers, prompts, batch)
 
     def _score(self, group: WorkerGroup, method: GroupMethod, generated: GroupFuture) -> Any:
         """Send ``method`` the rollout: its future where the group's ranks can take their shards from the actor's."""

@@ -94,7 +94,7 @@ class PartialBuffer:
         """Drop the groups that could not train at ``version`` within ``max_staleness``; returns the samples dropped."""
         floor = version - self.max_staleness
         stale = [group for group in self.groups if (oldest := group.oldest_version()) is not None and oldest < floor]
-        self.groups = [group for group in self.groups if group not in stale]
+        self.groups = _without(self.groups, stale)
         return sum(len(group.samples) for group in stale)
 
     def segment(self) -> DataProto:
@@ -145,7 +145,7 @@ class PartialBuffer:
     def complete(self, limit: int | None = None) -> list[PartialGroup]:
         """Take out the groups whose samples have all finished (at most ``limit``), the oldest drawn first."""
         done = [group for group in self.groups if group.complete][:limit]
-        self.groups = [group for group in self.groups if group not in done]
+        self.groups = _without(self.groups, done)
         return done
 
     def carried(self) -> int:
@@ -195,6 +195,12 @@ def training_batch(groups: list[PartialGroup], tokenizer: Any, max_new_tokens: i
     params = SamplingParams(n=1, max_new_tokens=width, temperature=temperature)
     return rollout_batch(prompts, responses, response_mask, tokenizer, params, {
         "rollout_log_probs": log_probs, "token_versions": versions, "policy_version": oldest, "partial_segments": segments})
+
+
+def _without(groups: list[PartialGroup], taken: list[PartialGroup]) -> list[PartialGroup]:
+    """``groups`` less ``taken``, by identity (not the dataclass's field-by-field equality over every token)."""
+    gone = {id(group) for group in taken}
+    return [group for group in groups if id(group) not in gone]
 
 
 def _sample_state(sample: PartialSample) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from rlhfctl.recipe.resolve import ROLLOUT_ROLE
 from rlhfctl.single_controller import WorkerGroup
 from rlhfctl.rollout.dynamic_sampling import FilteredRollout, Generation, GroupFilterSettings
 from rlhfctl.trainer.prompt_source import to_dataproto
-from rlhfctl.rollout.colocated import CallWhenNeeded, Done, TokenScorer, reward_call, send_scoring
+from rlhfctl.rollout.colocated import CallWhenNeeded, Done, TokenScorer, reward_call, score_on_driver, send_scoring
 from rlhfctl.rollout.partial import PartialRollout, PartialSettings, partial_buffer
 from rlhfctl.rollout.staleness import StalenessSchedule
 from rlhfctl.rollout.weight_sync import WeightSync
@@ -316,9 +316,7 @@ class SeparateRollouts:
         return self.rollout.generate_sequences.submit(segment)
 
     def _score_finished(self, prompts: DataProto, batch: DataProto) -> Any:
-        """The finished groups' reward and scoring calls (the batch is on the driver)."""
-        reward = reward_call(self.reward, Done(batch), lambda done: self.reward.compute_rewards.submit(done.get()))
-        return send_scoring(self.critic, self.reference, self.scorers, prompts, batch, reward)
+        return score_on_driver(self.reward, self.critic, self.reference, self.scorers, prompts, batch)
 
     def _draw(self) -> tuple[DataProto, int]:
         """The next batch of prompts of the one prompt stream, and its draw number."""
