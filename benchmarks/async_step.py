@@ -312,10 +312,11 @@ def runnable(selected: list[Config], overrides_of: Any) -> list[Config]:
     return keep
 
 
-def speed(args: argparse.Namespace) -> dict[str, Any] | None:
-    """Alternate the selected configurations ``--rounds`` times, flipping the order each round."""
+def workload(args: argparse.Namespace) -> tuple[list[str], dict[str, int], int]:
+    """The overrides every row shares (model, task, batch, steps, seed 0), the model's architecture, and the prompt's
+    tokens: from ``--model-path`` (an SFT export: its own architecture and weights) or the inline model."""
     task, prompt_tokens = task_overrides(args.task, args.max_new_tokens)
-    if args.model_path is not None:  # a trained start (an SFT export): its own architecture and weights
+    if args.model_path is not None:
         model = {key: value for key, value in json.loads((args.model_path / "config.json").read_text()).items()
                  if key in FULL_MODEL}
         architecture = [f"roles.actor.model.path={args.model_path}", f"{MODEL_KEY}=null"]
@@ -325,6 +326,12 @@ def speed(args: argparse.Namespace) -> dict[str, Any] | None:
     base = [*architecture, *task,
             f"trainer.batch_size={args.batch}", f"trainer.mini_batch_size={args.batch}", f"rollout.n={args.n}",
             *RUN_FILES, f"trainer.total_steps={args.steps}", "trainer.seed=0"]
+    return base, model, prompt_tokens
+
+
+def speed(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Alternate the selected configurations ``--rounds`` times, flipping the order each round."""
+    base, model, prompt_tokens = workload(args)
     full_batch = args.batch * args.n
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from flops import model_parameters

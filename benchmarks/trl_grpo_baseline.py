@@ -2,13 +2,20 @@
 
     /tmp/trl-venv/bin/python benchmarks/trl_grpo_baseline.py [--size tiny|small|33m] [--steps 8] [--threads N]
                                                               [--bf16] [--json PATH] [--dry-run]
+    /tmp/trl-venv/bin/python benchmarks/trl_grpo_baseline.py --model-path /tmp/sft33/model \
+        --task 'repeat?max_len=256&alpha=1.2' --max-new-tokens 256      # the long-tail workload, from an SFT export
 
 Runs in a separate virtualenv that has ``trl`` (see benchmarks/README.md); rlhfctl itself is imported
-from this checkout only for the character tokenizer, the model config builder and the "digits" task,
+from this checkout only for the character tokenizer, the model config builder and the bundled tasks,
 none of which needs Ray. The policy is a Qwen2ForCausalLM built from a config with seeded random weights
 (nothing is downloaded). One optimizer step consumes 8 prompts x 4 samples of up to the size's new tokens
 (32; 128 at ``33m``), as in ``benchmarks/train_step.py``; the first ``--warmup`` steps are left out of the
 median. ``--dry-run`` builds the model and prints its architecture and parameters without training.
+
+``--task`` names another bundled task (its prompts, ``data.num_train`` of them at seed 0 as rlhfctl draws them, and its
+``score`` as the reward), ``--model-path`` starts from a saved model (an SFT export) instead of the size's random one,
+and ``--max-new-tokens`` overrides the size's completion length: ``benchmarks/vs_trl_long_tail.py`` times the
+long-tail ``repeat`` workload this way.
 
 ``--bf16`` sets ``GRPOConfig(bf16=True)`` (TRL's own default; float32 otherwise): accelerate's native mixed precision,
 on CPU ``torch.autocast("cpu", dtype=torch.bfloat16)`` around the model's forward with float32 weights and optimizer
@@ -49,14 +56,15 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from rlhfctl.models.loading import build_config  # noqa: E402
 from rlhfctl.models.tokenizer import CharTokenizer  # noqa: E402
-from rlhfctl.tasks import digits  # noqa: E402
+from rlhfctl.tasks import get_task  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_sizes import SIZES  # noqa: E402  (the sizes train_step.py times, field for field)
 PROMPTS_PER_STEP = 8
 GENERATIONS = 4
 TEMPERATURE = 1.0
-NUM_PROMPTS = 64
+NUM_PROMPTS = 64  # the digits task's prompts (what the timings of the sizes used)
+TASK_PROMPTS = 512  # any other task's: data.num_train's default, as rlhfctl draws them
 SEED = 0
 
 
@@ -76,9 +84,26 @@ def architecture(size: str) -> dict[str, object]:
     return {"model_type": "qwen2", **SIZES[size]["model"]}
 
 
-def digits_reward(prompts: list[str], completions: list[str], ground_truth: list[str], **_: object) -> list[float]:
-    """``rlhfctl.tasks.digits.score`` under TRL's reward signature (extra kwargs: trainer_state, log_* ...)."""
-    return digits.score(list(prompts), list(completions), ground_truth=list(ground_truth))
+def task_reward(task: str, lengths: list[float]):  # noqa: ANN201
+    """The bundled task's ``score`` under TRL's reward signature (extra kwargs: trainer_state, log_* ...); each call
+    also notes its completions' mean length in characters (the character tokenizer's tokens, EOS not counted)."""
+    score = get_task(task).score
+
+    def reward(prompts: list[str], completions: list[str], ground_truth: list[str], **_: object) -> list[float]:
+        lengths.append(statistics.mean(len(text) for text in completions))
+        return score(list(prompts), list(completions), ground_truth=list(ground_truth))
+
+    reward.__name__ = f"{task.partition('?')[0]}_reward"  # TRL names its reward metrics after the function
+    return reward
+
+
+def load_model(model_path: Path, tokenizer: CharTokenizer) -> torch.nn.Module:
+    """A saved model (an SFT export, safetensors), float32, with the tokenizer's pad and EOS ids for generation."""
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32, trust_remote_code=False)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
 
 
 class StepTimer(TrainerCallback):
@@ -161,23 +186,26 @@ def make_args(out_dir: str, total_steps: int, beta: float, new_tokens: int, bf16
     )
 
 
-def run(size: str, steps: int, warmup: int, beta: float, threads: int | None, bf16: bool = False) -> dict:
+def run(size: str, steps: int, warmup: int, beta: float, threads: int | None, bf16: bool = False,
+        task: str = "digits", model_path: Path | None = None, new_tokens: int | None = None) -> dict:
     if threads:
         torch.set_num_threads(threads)
     tokenizer = CharTokenizer()
-    model = build_model(size, tokenizer)
-    dataset = Dataset.from_list(digits.make_prompts(NUM_PROMPTS, seed=SEED))  # columns: prompt, ground_truth
-    timer = StepTimer()
+    model = build_model(size, tokenizer) if model_path is None else load_model(model_path, tokenizer)
+    new_tokens = new_tokens or SIZES[size]["new_tokens"]
+    prompts = NUM_PROMPTS if task == "digits" else TASK_PROMPTS
+    dataset = Dataset.from_list(get_task(task).make_prompts(prompts, SEED))  # columns: prompt, ground_truth
+    timer, lengths = StepTimer(), []
     with tempfile.TemporaryDirectory(prefix="trl-grpo-") as out_dir:
-        if beta != 0.0:
+        if beta != 0.0 and model_path is None:
             # With beta > 0 TRL rebuilds the reference from the policy's name_or_path: give it a local one.
             model_dir = Path(out_dir) / "init"
             model.save_pretrained(model_dir)
             model = AutoModelForCausalLM.from_pretrained(model_dir)
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=digits_reward,
-            args=make_args(out_dir, warmup + steps, beta, SIZES[size]["new_tokens"], bf16),
+            reward_funcs=task_reward(task, lengths),
+            args=make_args(out_dir, warmup + steps, beta, new_tokens, bf16),
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[timer],
@@ -193,14 +221,15 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None, bf
     generate = timer.generate[warmup:] or timer.generate
     return {
         "framework": f"trl {trl.__version__}",
-        "model": SIZES[size]["label"],
-        "size": size,
+        "model": SIZES[size]["label"] if model_path is None else str(model_path),
+        "size": size if model_path is None else None,
+        "task": task,
         "params": sum(p.numel() for p in trainer.model.parameters()),
         "prompts_per_step": PROMPTS_PER_STEP,
         "generations": GENERATIONS,
-        "max_completion_length": SIZES[size]["new_tokens"],
+        "max_completion_length": new_tokens,
         "temperature": TEMPERATURE,
-        "architecture": architecture(size),
+        "architecture": architecture(size) if model_path is None else None,
         "beta": beta,
         "bf16": bf16,
         "mixed_precision": str(trainer.accelerator.mixed_precision),
@@ -216,6 +245,7 @@ def run(size: str, steps: int, warmup: int, beta: float, threads: int | None, bf
         "median_generate_s": statistics.median(generate),
         "all_step_seconds": durations,
         "all_generate_seconds": timer.generate,
+        "completion_chars": lengths,  # the mean per reward call, one call per generation batch
         "train_wall_s": total,
         "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
                      "python": platform.python_version()},
@@ -245,6 +275,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--bf16", action="store_true",
                         help="GRPOConfig(bf16=True): bf16 autocast over float32 weights, generation included (default float32)")
+    parser.add_argument("--task", default="digits", help="bundled task: its prompts and reward (default digits)")
+    parser.add_argument("--model-path", type=Path, default=None,
+                        help="start from this saved model (an SFT export) instead of --size's random one")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="max_completion_length (default: --size's new tokens)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     parser.add_argument("--dry-run", action="store_true", help="build the model, print what would run, train nothing")
     args = parser.parse_args()
@@ -256,7 +291,8 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(described, indent=1))
         return
-    result = run(args.size, args.steps, args.warmup, args.beta, args.threads, args.bf16)
+    result = run(args.size, args.steps, args.warmup, args.beta, args.threads, args.bf16, args.task, args.model_path,
+                 args.max_new_tokens)
     print(f"{result['framework']}  {result['model']}  {result['params']:,} params  beta={result['beta']}  "
           f"torch threads={result['torch_threads']}  bf16={result['bf16']} (mixed_precision "
           f"{result['mixed_precision']}; logits {result['output_dtypes']})")

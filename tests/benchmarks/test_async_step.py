@@ -84,3 +84,38 @@ def test_the_benchmarks_built_on_its_runs_import_what_it_offers(async_step):
     # samples 9-40: 8 of step 1's (reward 0) and 24 of step 2's (reward 1); only step 2 validated
     assert learning.reward_at(records, 32, until=40.0, window=32.0) == pytest.approx((8 * 0.0 + 24 * 1.0) / 32)
     assert learning.reward_at(records, 32, until=40.0, window=32.0, key="val/reward/mean") == 0.5
+
+
+def test_the_long_tail_comparison_with_trl_gives_both_sides_the_same_work_and_cores(async_step):
+    """vs_trl_long_tail.py: every row on the same cores and threads, TRL on the same task, lengths and steps."""
+    import argparse
+    import importlib
+
+    long_tail = importlib.import_module("vs_trl_long_tail")
+    args = argparse.Namespace(trl_python=Path("/venv/bin/python"), model_path=Path("/sft/model"), task="repeat",
+                              max_new_tokens=256, steps=24, warmup=4, partial=32, partial_staleness=8, cores=2)
+    for row in long_tail.ROWS.values():
+        if row.is_trl:
+            command = long_tail.trl_command(row, args, Path("out.json"))
+            flags = dict(zip(command[2::2], command[3::2]))
+            assert flags["--threads"] == "2" and flags["--steps"] == "20" and flags["--warmup"] == "4"
+            assert flags["--task"] == "repeat" and flags["--max-new-tokens"] == "256" and flags["--beta"] == "0.001"
+            assert ("--bf16" in command) == row.trl_bf16
+            continue
+        overrides = long_tail.our_overrides(row, args, base=["trainer.seed=0"])
+        assert _reserved(overrides) == (2, 2), row.label
+        assert ("rollout.dtype=bfloat16" in overrides) == ("bf16" in row.key)
+        assert ("rollout.partial.max_tokens_per_step=32" in overrides) == row.key.startswith("p-")
+
+
+def test_trl_is_rated_by_its_timed_steps_full_batches(async_step):
+    import importlib
+
+    long_tail = importlib.import_module("vs_trl_long_tail")
+    result = {"all_step_seconds": [9.0, 2.0, 3.0, 5.0], "all_generate_seconds": [4.0, 1.0, 2.0, 3.0],
+              "completion_chars": [30.0, 4.0, 6.0, 8.0], "torch_threads": 2}
+    rated = long_tail.trl_rate(result, warmup=1, full_batch=32)
+    assert rated["samples_per_s"] == pytest.approx(96 / 10.0)
+    assert (rated["s_per_step"], rated["time/generate"], rated["response_length/mean"]) == (3.0, 2.0, 6.0)
+    with pytest.raises(RuntimeError, match="timed no step"):
+        long_tail.trl_rate(result, warmup=4, full_batch=32)
