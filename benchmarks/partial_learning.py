@@ -1,6 +1,6 @@
 """Does a partial rollout learn as the synchronous step does? The final reward at equal trained samples, per seed.
 
-    python benchmarks/partial_learning.py --model-path /tmp/sft33/model [--steps 24] [--seeds 0,1] [--partial 32]
+    python benchmarks/partial_learning.py --model-path /tmp/sft33/model [--steps 24] [--seeds 0,1] [--partial 32] [--lr 1e-4]
     python benchmarks/partial_learning.py --quick                    # tiny model, 16 tokens, 6 steps, one seed
 
 Each seed runs (a) the synchronous colocated step for ``--steps`` steps and (p-co) partial rollouts colocated
@@ -32,6 +32,9 @@ from async_step import (FULL_MODEL, MODEL_KEY, QUICK_MODEL, RUN_FILES, configs, 
 
 TARGET = 0.05
 VAL_KEY = "val/reward/mean"
+# what ``--json`` keeps of each step, to see how a run got where it ended
+KEPT = ("step", "reward/mean", VAL_KEY, "response_length/mean", "response_length/max", "rollout/partial/carried",
+        "rollout/partial/dropped", "rollout/partial/trained_samples", "rollout/partial/segments/mean", "time/step")
 
 
 def trained(record: dict[str, Any], full_batch: int) -> float:
@@ -89,6 +92,9 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--partial", type=int, default=32, help="rollout.partial.max_tokens_per_step (default 32)")
     parser.add_argument("--partial-staleness", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=None,
+                        help="roles.actor.optim.lr of both runs (default the quickstart's 1e-3; at 33M one update at "
+                             "1e-3 moves a token's log-prob by about 0.4 on average, so any carried token is far off-policy)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2)
@@ -108,7 +114,8 @@ def main() -> None:
         model = with_positions(QUICK_MODEL if args.quick else FULL_MODEL, prompt_tokens + args.max_new_tokens)
         architecture = model_overrides(model)
     base = [*architecture, *task, f"trainer.batch_size={args.batch}", f"trainer.mini_batch_size={args.batch}",
-            f"rollout.n={args.n}", *RUN_FILES, f"trainer.val_every={args.val_every}", f"data.num_val={args.val_prompts}"]
+            f"rollout.n={args.n}", *RUN_FILES, f"trainer.val_every={args.val_every}", f"data.num_val={args.val_prompts}",
+            *([f"roles.actor.optim.lr={args.lr}"] if args.lr is not None else [])]
     full_batch, cpus, by_key = args.batch * args.n, pick_cpus(args.cores), configs(args.partial_staleness)
     until, window = float(args.steps * full_batch), float(args.window * full_batch)
     rows = []
@@ -127,7 +134,7 @@ def main() -> None:
             reached = up_to(records, result["step_ends"], full_batch, until)
             runs[key] = {"steps": len(records), "trained": sum(trained(r, full_batch) for r in records),
                          "wall_s": result["wall_s"], "dropped": sum(r.get("rollout/partial/dropped", 0) for r in records),
-                         **reached}
+                         **reached, "records": [{k: v for k, v in r.items() if k in KEPT} for r in records]}
             print(f"seed {seed} {config.label}: held-out reward {finals[key]:.4f} (training batches "
                   f"{finals[key + ' train']:.4f}) at {until:.0f} samples, reached at step "
                   f"{reached['step']} after {reached['seconds']:.1f} s ({reached['response_tokens']:.0f} response "
@@ -144,9 +151,9 @@ def main() -> None:
               f"{'yes' if row['relative_diff'] <= TARGET else 'no':>9}  {sync_s:>8.1f}{partial_s:>10.1f}"
               f"{sync_s / partial_s:>9.2f}")
     print("seconds: from the end of step 1 to the step where the run has trained the compared samples")
-    print(f"final reward: sample-weighted reward/mean over samples {until - window:.0f}-{until:.0f} of each run; "
+    print(f"final reward: the held-out {VAL_KEY}, sample-weighted over samples {until - window:.0f}-{until:.0f} of each run; "
           f"task {args.task}, {args.batch} x {args.n}, up to {args.max_new_tokens} tokens, partial budget {args.partial}, "
-          f"max_staleness {args.partial_staleness}; cores {cpus}")
+          f"max_staleness {args.partial_staleness}, lr {args.lr or 'as the recipe'}; cores {cpus}")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "until": until, "window": window}, indent=1))
 
