@@ -57,3 +57,28 @@ def test_carried_samples_stay_within_the_staleness_bound_and_survive_a_resume(ra
         assert after == {step: later[step] for step in (3, 4)}
         for key in COMPARED:
             assert [r[key] for r in resumed] == [r[key] for r in straight[2:]], key
+
+
+def _responses(output_dir: Path) -> dict[int, list[tuple[str, str]]]:
+    steps: dict[int, list[tuple[str, str]]] = {}
+    for line in (output_dir / "samples.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        steps.setdefault(int(record["step"]), []).append((record["prompt"], record["response"]))
+    return steps
+
+
+def test_a_budget_that_carries_nothing_trains_exactly_the_synchronous_step(tmp_path):
+    """With ``max_tokens_per_step`` at ``max_new_tokens`` every sample finishes in its step's one segment: the partial
+    path (buffer, segment, assembled batch, driver-side scoring) must then train what the synchronous step trains,
+    the same samples and the same numbers, so what partial rollouts change is only what they carry."""
+    common = ["ray.backend=local", "trainer.total_steps=3", "trainer.batch_size=4", "trainer.mini_batch_size=4",
+              "rollout.n=2", "rollout.max_new_tokens=16", "data.num_train=64", "rollout.importance_cap=2.0",
+              "trainer.save_every=0", "trainer.log_samples=1000", "trainer.max_staleness=1"]
+    sync = train("quickstart.yaml", tmp_path / "sync", *common)
+    partial = train("quickstart.yaml", tmp_path / "partial", *common, "rollout.partial.max_tokens_per_step=16")
+    assert [r["rollout/partial/carried"] for r in partial] == [0.0, 0.0, 0.0]
+    assert [r["rollout/partial/trained_samples"] for r in partial] == [8.0, 8.0, 8.0]
+    assert _responses(tmp_path / "partial") == _responses(tmp_path / "sync")  # the same samples, step for step
+    for key in ("reward/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm",
+                "actor/entropy"):
+        assert [r[key] for r in partial] == pytest.approx([r[key] for r in sync], rel=1e-5, abs=1e-6), key
