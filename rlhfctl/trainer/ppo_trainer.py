@@ -29,6 +29,7 @@ from rlhfctl.single_controller.futures import union_pending
 from rlhfctl.trainer import checkpoint
 from rlhfctl.trainer.balance import balanced_order, shard_token_totals
 from rlhfctl.trainer.metrics import MetricsLog, batch_metrics, first_non_finite, mean_over_ranks, without_reward
+from rlhfctl.trainer.off_policy_gap import OffPolicyGapWatch
 from rlhfctl.trainer.prompt_source import build_dataset, make_batcher
 from rlhfctl.trainer.reporting import Reporter
 from rlhfctl.rollout.colocated import Rollouts, join
@@ -98,6 +99,7 @@ class PPOTrainer(TrainerBase):
             self.rollouts = Rollouts(recipe, self.batcher, self.tokenizer, self.actor, self.reward, self.critic, self.reference,
                                      notify=lambda text: self.reporter.message(text, "warning"), scorers=self.scorers)
         self.samples = SampleLog(self.output_dir, recipe.trainer.log_samples, self.tokenizer)
+        self.off_policy_gap = OffPolicyGapWatch()  # warns once when the trained tokens are far off-policy
         self._start_runtime()
 
     @property
@@ -163,6 +165,8 @@ class PPOTrainer(TrainerBase):
         metrics["time/step"] = time.perf_counter() - step_start
         metrics["perf/tokens_per_s"] = batch.batch["attention_mask"].sum().item() / metrics["time/step"]
         self._check_finite(step, metrics)
+        if (far := self.off_policy_gap.check(step, metrics)) is not None:
+            self.reporter.message(far, "warning")
         return metrics
 
     # ------------------------------------------------------------------ phases
