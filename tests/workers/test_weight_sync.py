@@ -21,13 +21,16 @@ def _weights() -> list[tuple[str, torch.Tensor]]:
     ]
 
 
-def _member(rank: int, address: SyncAddress, results: multiprocessing.Queue) -> None:
+def _member(rank: int, address: SyncAddress, results: multiprocessing.Queue, read: multiprocessing.Event) -> None:
     channel = WeightChannel(address, rank, torch.device("cpu"), timeout_s=60)
     for round_ in range(2):  # two syncs over one channel
         if rank == 0:
             results.put((rank, round_, channel.send(bucketed(_weights(), bucket_bytes=100))))
         else:
             results.put((rank, round_, [(name, tensor.clone()) for name, tensor in channel.receive()]))
+    # A queued tensor is shared by file descriptor, which its sender hands over while it lives: exit only once the
+    # test has read every result (exiting first failed the read now and then, "No such file or directory").
+    read.wait(timeout=120)
 
 
 def test_every_receiver_gets_every_tensor_bit_for_bit_in_order():
@@ -36,11 +39,14 @@ def test_every_receiver_gets_every_tensor_bit_for_bit_in_order():
         port = sock.getsockname()[1]
     address = SyncAddress("127.0.0.1", port, world_size=3)
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    members = [context.Process(target=_member, args=(rank, address, results)) for rank in range(3)]
+    results, read = context.Queue(), context.Event()
+    members = [context.Process(target=_member, args=(rank, address, results, read)) for rank in range(3)]
     for member in members:
         member.start()
-    got = [results.get(timeout=120) for _ in range(6)]
+    try:
+        got = [results.get(timeout=120) for _ in range(6)]
+    finally:
+        read.set()
     for member in members:
         member.join(timeout=60)
         assert member.exitcode == 0
