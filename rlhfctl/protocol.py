@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np

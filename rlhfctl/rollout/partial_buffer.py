@@ -30,7 +30,7 @@ from rlhfctl.data.pairs import left_padded
 from rlhfctl.protocol import DataProto, plain_value
 from rlhfctl.rollout.generation import SamplingParams, rollout_batch
 
-__all__ = ["POOL_BATCHES", "PartialBuffer", "PartialGroup", "PartialSample", "left_padded", "training_batch"]
+__all__ = ["POOL_BATCHES", "PartialBuffer", "PartialGroup", "PartialSample", "training_batch"]
 
 POOL_BATCHES = 2
 """The most batches of groups in the making before a step stops drawing new prompts (see ``wants_prompts``)."""
@@ -158,13 +158,13 @@ class PartialBuffer:
         before a segment is sent is what a resume or a restart rewinds to)."""
         return {"next_group": self.next_group, "groups": [
             {"uid": group.uid, "prompt_ids": list(group.prompt_ids), "columns": dict(group.columns),
-             "samples": [_sample_state(sample) for sample in group.samples]} for group in self.groups]}
+             "samples": [_own_lists(sample.__dict__) for sample in group.samples]} for group in self.groups]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The groups a checkpoint carried."""
         self.next_group = int(state["next_group"])
         self.groups = [PartialGroup(str(group["uid"]), [int(t) for t in group["prompt_ids"]], dict(group["columns"]),
-                                    [PartialSample(**_sample_state(PartialSample(**sample))) for sample in group["samples"]])
+                                    [PartialSample(**_own_lists(sample)) for sample in group["samples"]])
                        for group in state["groups"]]
         self._pending = []
 
@@ -203,9 +203,9 @@ def _without(groups: list[PartialGroup], taken: list[PartialGroup]) -> list[Part
     return [group for group in groups if id(group) not in gone]
 
 
-def _sample_state(sample: PartialSample) -> dict[str, Any]:
-    """A sample's fields with lists of their own."""
-    return {key: list(value) if isinstance(value, list) else value for key, value in sample.__dict__.items()}
+def _own_lists(fields: dict[str, Any]) -> dict[str, Any]:
+    """A sample's fields with lists of their own (a snapshot and the live buffer never share a token list)."""
+    return {key: list(value) if isinstance(value, list) else value for key, value in fields.items()}
 
 
 def _column(values: list[Any]) -> np.ndarray:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
+from rlhfctl.data.pairs import left_padded
 from rlhfctl.protocol import DataProto
-from rlhfctl.rollout.partial_buffer import PartialBuffer, left_padded, training_batch
+from rlhfctl.rollout.partial_buffer import PartialBuffer, training_batch
 from tests.workers.recipes import tokenizer as char_tokenizer
 
 EOS = 99

@@ -30,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-
 from rlhfctl.agents.chat_turns import ChatTurns
 from rlhfctl.agents.endpoint.http_server import HOST, HttpRequest, HttpResponse, HttpServer, NoFreePort
 from rlhfctl.agents.endpoint.openai_format import (
