@@ -57,9 +57,15 @@ def reward_service(script: Callable[[int, dict[str, Any]], Reply]) -> Iterator[S
                 service.headers.append(dict(self.headers))
                 service._in_flight += 1
                 service.max_in_flight = max(service.max_in_flight, service._in_flight)
+            answering = False
             try:
                 reply = script(number, request)
                 time.sleep(reply.delay_s)
+                # no longer in flight once the answer starts: a client that has read it may send its next request
+                # before this thread runs again, and must not be counted twice
+                with service._lock:
+                    service._in_flight -= 1
+                answering = True
                 data = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
@@ -75,8 +81,9 @@ def reward_service(script: Callable[[int, dict[str, Any]], Reply]) -> Iterator[S
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up on this request (its timeout): expected
             finally:
-                with service._lock:
-                    service._in_flight -= 1
+                if not answering:
+                    with service._lock:
+                        service._in_flight -= 1
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass
